@@ -1,0 +1,199 @@
+"""Command line: ``bnnbench run | reproduce | table | list | data | regression``.
+
+``run`` is a Hydra application: every argument after it is a Hydra override (``method=bbb
+data=uci/boston protocol.epochs=10``), and ``-m`` sweeps over comma-separated values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
+
+
+def config_dir() -> str:
+    """The Hydra config tree: ``configs/`` of the source tree, installed as ``bnnbench.configs``."""
+    try:
+        import importlib.resources as ir
+        p = Path(str(ir.files("bnnbench.configs")))
+        if (p / "config.yaml").exists():
+            return str(p)
+    except Exception:  # pragma: no cover
+        pass
+    return CONFIG_DIR
+
+
+def _register_resolvers():
+    from omegaconf import OmegaConf
+    if not OmegaConf.has_resolver("slug"):
+        OmegaConf.register_new_resolver("slug", lambda name: str(name).replace("/", "__"))
+
+
+def _summary_lines(record: dict) -> list[str]:
+    lines = [f"{record['method']} on {record['dataset']} ({record['protocol']}), "
+             f"{len(record['metrics'])} splits, {record['wall_time_s']:.1f}s:"]
+    for k, s in record["summary"].items():
+        lines.append(f"  {k:>18s} = {s['mean']:.4f} +- {s['stderr']:.4f}  (n={s['n']}, +- is {record['stderr_convention']})")
+    lines.append(f"  the paper's log-likelihood convention for this protocol: {record['loglik_convention_of_paper']}")
+    return lines
+
+
+def _run_app():
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+
+    @hydra.main(config_path=config_dir(), config_name="config", version_base=None)
+    def app(cfg):
+        from bnnbench.data import DataError
+        from bnnbench.engine import DivergenceError
+        from bnnbench.methods import UnknownMethodError
+        from bnnbench.protocol import ConfigError
+        from bnnbench.run import execute
+        hc = HydraConfig.get()
+        run_dir = Path(hc.runtime.output_dir)
+        try:
+            record = execute(cfg, list(hc.overrides.task), run_dir)
+        except DivergenceError as e:
+            print(f"error: run diverged, no result written ({run_dir / 'failed.json'} has the reason): {e}",
+                  file=sys.stderr)
+            sys.exit(3)
+        except (ConfigError, DataError, UnknownMethodError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+        print("\n".join(_summary_lines(record)))
+        print(f"record: {run_dir / 'record.json'}")
+
+    app()
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hcompose, initialize_config_dir
+    _register_resolvers()
+    with initialize_config_dir(config_dir=config_dir(), version_base=None):
+        return hcompose(config_name="config", overrides=overrides)
+
+
+def experiment_spec(name: str) -> dict:
+    from omegaconf import OmegaConf
+    cfg = compose([f"experiment={name}"])
+    return OmegaConf.to_container(cfg.experiment, resolve=True)
+
+
+def list_names(group: str) -> list[str]:
+    root = Path(config_dir()) / group
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+
+
+def cmd_reproduce(args) -> int:
+    """Run every cell of an experiment that has no finished record, then write its tables."""
+    from bnnbench.run import execute
+    from bnnbench.engine import DivergenceError
+    spec = experiment_spec(args.experiment)
+    failures = []
+    for cell in spec["runs"]:
+        ov = [f"experiment={args.experiment}", f"method={cell['method']}", f"data={cell['data']}",
+              f"runs_root={args.runs_root}", *cell.get("overrides", []), *args.overrides]
+        cfg = compose(ov)
+        from omegaconf import OmegaConf
+        run_dir = Path(args.runs_root) / args.experiment / cfg.method.name / cfg.data.name.replace("/", "__")
+        print(f"== {args.experiment}: {cell['method']} on {cell['data']} -> {run_dir}", flush=True)
+        try:
+            rec = execute(cfg, ov, run_dir)
+            print("\n".join(_summary_lines(rec)), flush=True)
+        except DivergenceError as e:
+            failures.append((cell, str(e)))
+            print(f"   FAILED (recorded in failed.json, not a result): {e}", flush=True)
+    args.out = args.out
+    cmd_table(args)
+    return 0
+
+
+def cmd_table(args) -> int:
+    from bnnbench.tables import build_table, write_tables
+    spec = experiment_spec(args.experiment)
+    df = build_table(spec, Path(args.runs_root))
+    paths = write_tables(df, spec, Path(args.out))
+    counts = df.groupby("verdict").size().to_dict()
+    print(f"{args.experiment}: {counts}; wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def cmd_list(args) -> int:
+    from bnnbench.data import list_datasets
+    from bnnbench.methods import METHODS
+    what = args.what
+    if what in ("all", "datasets"):
+        print("datasets:    " + ", ".join(list_datasets()))
+    if what in ("all", "methods"):
+        print("methods:     " + ", ".join(sorted(METHODS)))
+    if what in ("all", "protocols"):
+        print("protocols:   " + ", ".join(list_names("protocol")))
+    if what in ("all", "experiments"):
+        print("experiments: " + ", ".join(list_names("experiment")))
+    return 0
+
+
+def cmd_data(args) -> int:
+    from bnnbench.data import DataError, fetch, list_datasets, load_dataset
+    if args.action == "list":
+        for name in list_datasets():
+            print(name)
+        return 0
+    names = list_datasets() if args.name == "all" else [args.name]
+    try:
+        for n in names:
+            paths = fetch(n)
+            ds = load_dataset(n)
+            print(f"{n}: {len(paths)} file(s) verified; {ds.X.shape[0]} rows, {ds.input_dim} inputs, "
+                  f"{len(ds.splits)} split(s)")
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_regression(args) -> int:
+    from bnnbench.regression import main as regression_main
+    return regression_main(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "run":
+        _register_resolvers()
+        sys.argv = [f"{Path(sys.argv[0]).name} run", *argv[1:]]
+        _run_app()
+        return 0
+    p = argparse.ArgumentParser(prog="bnnbench", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("run", help="run one configuration (Hydra overrides follow; -m sweeps)")
+    r = sub.add_parser("reproduce", help="run the missing cells of an experiment, then write its tables")
+    r.add_argument("experiment")
+    r.add_argument("overrides", nargs="*", help="Hydra overrides applied to every cell")
+    r.add_argument("--runs-root", default="runs")
+    r.add_argument("--out", default="results/tables")
+    t = sub.add_parser("table", help="render an experiment's table from its run records")
+    t.add_argument("experiment")
+    t.add_argument("--runs-root", default="runs")
+    t.add_argument("--out", default="results/tables")
+    lst = sub.add_parser("list", help="list data sets, methods, protocols and experiments")
+    lst.add_argument("what", nargs="?", default="all", choices=["all", "datasets", "methods", "protocols", "experiments"])
+    d = sub.add_parser("data", help="fetch and verify data sets")
+    d.add_argument("action", choices=["list", "fetch"])
+    d.add_argument("name", nargs="?", default="all")
+    g = sub.add_parser("regression", help="re-run the fast subset of the tables and fail on a regressed cell")
+    g.add_argument("--results", default="results")
+    g.add_argument("--runs-root", default="runs/regression")
+    args = p.parse_args(argv)
+    if args.cmd == "reproduce":
+        known = set(list_names("experiment"))
+        if args.experiment not in known:
+            p.error(f"unknown experiment {args.experiment!r}; valid: {', '.join(sorted(known))}")
+    return {"reproduce": cmd_reproduce, "table": cmd_table, "list": cmd_list, "data": cmd_data,
+            "regression": cmd_regression}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Binary classification sets in LIBSVM format, and the SLANG/Vadam fixed presplits.
+
+* ``random_splits`` (australian, breast_cancer): the full LIBSVM file; labels mapped to {0, 1}
+  (australian: +1 -> 1, -1 -> 0; breast cancer: 4 (malignant) -> 1, 2 -> 0); 20 random 50/50
+  splits: split ``s`` (s = 0..19) is ``numpy.random.default_rng(s).permutation(N)``, the first
+  ``floor(N/2)`` entries training rows, the rest test rows (kept in permutation order).
+  SLANG's MATLAB code uses ``randperm`` after ``setSeed(s)`` (s = 1..20); numpy cannot
+  reproduce that stream, so these splits are *not* the paper's splits (same protocol only).
+* ``presplit``: the fixed train/test CSVs of the SLANG/Vadam PyTorch code (space-separated,
+  no bias column); X = [X_tr; X_te], one split named "presplit".
+* ``train_test`` (a1a): a1a (train) stacked on a1a.t (test), ``n_features=123``, one split
+  named "official".
+
+X is dense float64 without a bias column (SLANG prepends a column of ones in its models).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DataError
+
+
+def random_half_splits(n: int, n_splits: int = 20, train_fraction: float = 0.5):
+    """Split s: ``default_rng(s).permutation(n)``, first ``floor(n * train_fraction)`` rows train."""
+    from . import Split
+
+    n_train = int(np.floor(n * train_fraction))
+    out = []
+    for s in range(n_splits):
+        perm = np.random.default_rng(s).permutation(n)
+        out.append(Split(str(s), perm[:n_train], perm[n_train:]))
+    return tuple(out)
+
+
+def map_labels(y: np.ndarray, positive, negative, what: str) -> np.ndarray:
+    y = np.asarray(y)
+    bad = set(np.unique(y).tolist()) - {positive, negative}
+    if bad:
+        raise DataError(f"{what}: unexpected labels {sorted(bad)} (expected {negative}/{positive})")
+    return (y == positive).astype(np.int64)
+
+
+def _read_svmlight(path: Path, n_features: int):
+    from sklearn.datasets import load_svmlight_file
+
+    X, y = load_svmlight_file(str(path), n_features=n_features, dtype=np.float64)
+    return np.asarray(X.toarray(), dtype=np.float64), y
+
+
+def build(name: str, spec: dict, files: dict[str, Path]):
+    from . import Dataset, Split
+
+    p = spec["params"]
+    kind = p["kind"]
+    meta = {"source_kind": kind, "bias_column": False, "label_map": None}
+    if kind == "random_splits":
+        X, yraw = _read_svmlight(files[p["file"]], p["n_features"])
+        y = map_labels(yraw, p["positive_label"], p["negative_label"], p["file"])
+        splits = random_half_splits(len(y), p["n_splits"], p["train_fraction"])
+        meta.update(source=p["file"], split_rule="numpy.random.default_rng(s).permutation(N); "
+                    "first floor(N/2) rows train (MATLAB randperm splits of SLANG not reproducible)")
+    elif kind == "presplit":
+        Xtr = np.loadtxt(files[p["X_tr"]], dtype=np.float64, ndmin=2)
+        Xte = np.loadtxt(files[p["X_te"]], dtype=np.float64, ndmin=2)
+        ytr = np.loadtxt(files[p["y_tr"]], dtype=np.float64, ndmin=1)
+        yte = np.loadtxt(files[p["y_te"]], dtype=np.float64, ndmin=1)
+        if len(Xtr) != len(ytr) or len(Xte) != len(yte) or Xtr.shape[1] != Xte.shape[1]:
+            raise DataError(f"{name}: presplit files have inconsistent shapes")
+        X = np.vstack([Xtr, Xte])
+        y = map_labels(np.concatenate([ytr, yte]), 1.0, 0.0, name)
+        n = len(ytr)
+        splits = (Split("presplit", np.arange(n), np.arange(n, len(y))),)
+        meta.update(source=p["X_tr"].rsplit("/", 1)[0], split_rule="fixed SLANG/Vadam presplit")
+    elif kind == "train_test":
+        Xtr, ytr = _read_svmlight(files[p["train"]], p["n_features"])
+        Xte, yte = _read_svmlight(files[p["test"]], p["n_features"])
+        X = np.vstack([Xtr, Xte])
+        y = map_labels(np.concatenate([ytr, yte]), p["positive_label"], p["negative_label"], name)
+        n = len(ytr)
+        splits = (Split("official", np.arange(n), np.arange(n, len(y))),)
+        meta.update(source=f"{p['train']} + {p['test']}", split_rule="official LIBSVM train/test files")
+    else:
+        raise DataError(f"{name}: unknown libsvm kind {kind!r}")
+    if kind != "presplit":
+        meta["label_map"] = {str(p["positive_label"]): 1, str(p["negative_label"]): 0}
+    return Dataset(name=name, task="binary", X=np.ascontiguousarray(X), y=y, splits=splits,
+                   n_classes=2, meta=meta)

@@ -1,0 +1,218 @@
+"""Training over a replica axis: every split, seed, CV fold and hyper-parameter candidate of one
+dataset trains as ONE batched program (DESIGN.md, "Replica axis").
+
+Replicas may differ in training-set size; data sets are padded to the largest, and each replica
+draws its minibatches from its own per-epoch permutation of its own ``n_r`` rows. Replicas that share
+a training set (the hyper-parameter candidates of one fold) point to one copy through
+``data_index`` and share its permutation (common random numbers for a fair comparison); their
+Monte Carlo noise is independent.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from bnnbench.methods.base import Batch, Method, State
+from bnnbench.metrics import classification_metrics, regression_metrics
+
+
+class DivergenceError(RuntimeError):
+    """Training produced a non-finite objective or state."""
+
+
+@dataclass
+class Standardiser:
+    """x -> (x - mean) / std with training statistics; std from ``ddof=1`` (``torch.std``) and
+    constant columns (std = 0, e.g. naval column 8) mapped to std 1."""
+    mean: np.ndarray
+    std: np.ndarray
+
+    @classmethod
+    def fit(cls, a: np.ndarray, enabled: bool = True) -> Standardiser:
+        if not enabled:
+            shape = a.shape[1:]
+            return cls(np.zeros(shape), np.ones(shape))
+        std = a.std(axis=0, ddof=1) if a.shape[0] > 1 else np.ones(a.shape[1:])
+        std = np.where(std > 1e-12, std, 1.0)
+        return cls(a.mean(axis=0), std)
+
+    def __call__(self, a: np.ndarray) -> np.ndarray:
+        return (a - self.mean) / self.std
+
+
+@dataclass
+class ReplicaData:
+    """Padded, per-replica standardised training and evaluation sets.
+
+    ``x_train [U, N_max, D]`` holds U distinct training sets; replica r uses ``data_index[r]``.
+    Evaluation targets stay in original units (``y_eval``); regression predictions are mapped back
+    with ``y_mean + y_std * f`` and the noise precision with ``tau / y_std^2``.
+    """
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    n_train: torch.Tensor      # [U]
+    x_eval: torch.Tensor       # [U, T_max, D]
+    y_eval: torch.Tensor       # [U, T_max] original units
+    eval_mask: torch.Tensor    # [U, T_max] bool
+    y_mean: torch.Tensor       # [U]
+    y_std: torch.Tensor        # [U]
+    data_index: torch.Tensor   # [R] long
+
+    @property
+    def n_replicas(self) -> int:
+        return int(self.data_index.shape[0])
+
+    @classmethod
+    def build(cls, X: np.ndarray, y: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray]],
+              data_index: list[int] | None = None, normalize_x: bool = True, normalize_y: bool = True,
+              device="cpu", dtype=torch.float32) -> ReplicaData:
+        """``pairs[u] = (train_rows, eval_rows)`` into ``X, y``; ``data_index[r]`` picks a pair."""
+        U = len(pairs)
+        n_max = max(len(tr) for tr, _ in pairs)
+        t_max = max(len(te) for _, te in pairs)
+        feat = X.shape[1:]
+        xt = np.zeros((U, n_max, *feat)); yt = np.zeros((U, n_max))
+        xe = np.zeros((U, t_max, *feat)); ye = np.zeros((U, t_max)); me = np.zeros((U, t_max), bool)
+        ym = np.zeros(U); ys = np.ones(U)
+        for u, (tr, te) in enumerate(pairs):
+            sx = Standardiser.fit(X[tr], normalize_x)
+            xt[u, :len(tr)] = sx(X[tr]); xe[u, :len(te)] = sx(X[te])
+            if normalize_y:
+                sy = Standardiser.fit(y[tr])
+                ym[u], ys[u] = sy.mean, sy.std
+            yt[u, :len(tr)] = (y[tr] - ym[u]) / ys[u]
+            ye[u, :len(te)] = y[te]; me[u, :len(te)] = True
+        t = lambda a: torch.as_tensor(a, dtype=dtype, device=device)  # noqa: E731
+        di = list(range(U)) if data_index is None else data_index
+        return cls(t(xt), t(yt), torch.tensor([len(tr) for tr, _ in pairs], device=device), t(xe), t(ye),
+                   torch.as_tensor(me, device=device), t(ym), t(ys), torch.tensor(di, device=device))
+
+    def replica(self, name: str) -> torch.Tensor:
+        """A per-data-set field expanded to the replica axis."""
+        return getattr(self, name)[self.data_index]
+
+
+@dataclass
+class History:
+    """Per-evaluation records for convergence plots: ``epoch`` plus metric vectors over replicas."""
+    epochs: list[int] = field(default_factory=list)
+    metrics: list[dict[str, list[float]]] = field(default_factory=list)
+
+    def append(self, epoch: int, metrics: dict[str, torch.Tensor]):
+        self.epochs.append(epoch)
+        self.metrics.append({k: v.detach().cpu().tolist() for k, v in metrics.items()})
+
+    def to_dict(self) -> dict:
+        return {"epochs": self.epochs, "metrics": self.metrics}
+
+
+@dataclass
+class TrainResult:
+    state: State
+    history: History
+    final: dict[str, torch.Tensor]  # metrics [R] at the end of training
+    wall_time_s: float
+    steps: int
+    diverged: torch.Tensor  # [R] bool
+
+
+def epoch_batches(data: ReplicaData, batch_size: int, generator: torch.Generator):
+    """Yield minibatch row indices ``[R, B]``: one permutation per distinct training set and epoch,
+    ``ceil(N_max / B)`` steps; a smaller set wraps around its own permutation."""
+    U, n_max = data.x_train.shape[:2]
+    keys = torch.rand(U, n_max, generator=generator, device=data.x_train.device)
+    pad = torch.arange(n_max, device=keys.device)[None, :] >= data.n_train[:, None]
+    perm = torch.where(pad, torch.full_like(keys, 2.0), keys).argsort(dim=1)
+    n_steps = math.ceil(n_max / batch_size)
+    for k in range(n_steps):
+        pos = torch.arange(k * batch_size, (k + 1) * batch_size, device=keys.device)
+        pos = pos[None, :] % data.n_train[:, None]
+        yield perm.gather(1, pos)[data.data_index]
+
+
+def make_batch(data: ReplicaData, rows: torch.Tensor) -> Batch:
+    u = data.data_index[:, None]
+    return Batch(x=data.x_train[u, rows], y=data.y_train[u, rows], n_data=data.n_train[data.data_index])
+
+
+def evaluate(method: Method, state: State, data: ReplicaData, n_samples: int, generator: torch.Generator,
+             task: str, max_elems: int = 2 ** 24) -> dict[str, torch.Tensor]:
+    """Metrics ``[R]`` on each replica's evaluation set, in original target units."""
+    R = data.n_replicas
+    t_max = data.x_eval.shape[1]
+    chunk = max(1, max_elems // max(1, n_samples * t_max * max(1, method.model.output_dim)))
+    out: dict[str, list[torch.Tensor]] = {}
+    with torch.no_grad():
+        for lo in range(0, R, chunk):
+            idx = torch.arange(lo, min(R, lo + chunk), device=data.data_index.device)
+            u = data.data_index[idx]
+            sub = {k: v[idx] for k, v in state.items()}
+            pred = method.predict(sub, data.x_eval[u], n_samples, generator)
+            mask = data.eval_mask[u]
+            if task == "regression":
+                ys, ym = data.y_std[u], data.y_mean[u]
+                f = ym[:, None, None] + ys[:, None, None] * pred.f[..., 0]
+                tau = pred.noise_prec
+                tau = tau / (ys ** 2 if tau.dim() == 1 else ys[:, None] ** 2)
+                m = regression_metrics(f, tau, data.y_eval[u], mask)
+            else:
+                m = classification_metrics(pred.f, data.y_eval[u], mask)
+            for k, v in m.items():
+                out.setdefault(k, []).append(v)
+    return {k: torch.cat(v) for k, v in out.items()}
+
+
+def _finite_state(state: State) -> torch.Tensor:
+    ok = None
+    for v in state.values():
+        if v.is_floating_point():
+            f = torch.isfinite(v).reshape(v.shape[0], -1).all(dim=1)
+            ok = f if ok is None else ok & f
+    return ok
+
+
+def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch_size: int,
+          eval_samples: int, generator: torch.Generator, task: str, eval_every: int | None = None,
+          stop_on_divergence: bool = True, progress: bool = False, desc: str = "") -> TrainResult:
+    """Run ``epochs`` passes of ``method.update`` over every replica at once.
+
+    Evaluates every ``eval_every`` epochs (and at the end), recording the evaluation metrics and the
+    mean training objective of the epoch. A replica whose objective or state becomes non-finite is
+    marked diverged; with ``stop_on_divergence`` training stops with ``DivergenceError`` naming
+    the replicas and the epoch.
+    """
+    history = History()
+    R = data.n_replicas
+    diverged = torch.zeros(R, dtype=torch.bool, device=data.data_index.device)
+    steps = 0
+    t0 = time.perf_counter()
+    bar = tqdm(range(epochs), desc=desc or method.name, disable=None if progress else True, leave=False)
+    for epoch in bar:
+        obj_sum = torch.zeros(R, device=data.data_index.device, dtype=data.x_train.dtype)
+        n_batches = 0
+        for rows in epoch_batches(data, batch_size, generator):
+            state, stats = method.update(state, make_batch(data, rows), generator)
+            obj_sum += stats["objective"]
+            n_batches += 1
+            steps += 1
+        bad = ~torch.isfinite(obj_sum) | ~_finite_state(state)
+        if bad.any():
+            newly = bad & ~diverged
+            diverged |= bad
+            if stop_on_divergence:
+                raise DivergenceError(
+                    f"{method.name} diverged at epoch {epoch + 1}: non-finite objective or state in "
+                    f"replica(s) {newly.nonzero().flatten().tolist()}")
+        last = epoch == epochs - 1
+        if last or (eval_every and (epoch + 1) % eval_every == 0):
+            m = evaluate(method, state, data, eval_samples, generator, task)
+            m["train_objective"] = obj_sum / max(1, n_batches)
+            history.append(epoch + 1, m)
+    final = {k: torch.tensor(v) for k, v in history.metrics[-1].items()} if history.metrics else {}
+    return TrainResult(state, history, final, time.perf_counter() - t0, steps, diverged)

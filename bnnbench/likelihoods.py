@@ -1,0 +1,50 @@
+"""Likelihoods p(y | f) evaluated for outputs ``f [R, S, B, d_out]`` and targets ``y [R, B]``.
+
+Each returns per-(replica, sample, example) log densities ``[R, S, B]``; parameters that vary by
+replica (the Gaussian noise precision) carry a leading ``[R]`` axis.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+class Gaussian:
+    """log N(y | f, 1/tau) = 0.5 log tau - 0.5 log 2pi - 0.5 tau (y - f)^2, tau ``[R]`` (or ``[R, S]``)."""
+
+    task = "regression"
+
+    def __init__(self, noise_prec: torch.Tensor):
+        self.noise_prec = noise_prec
+
+    def log_prob(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        tau = self.noise_prec
+        tau = tau.reshape(*tau.shape, *([1] * (3 - tau.dim())))
+        r = y.unsqueeze(1) - f[..., 0]
+        return 0.5 * torch.log(tau) - 0.5 * LOG_2PI - 0.5 * tau * r * r
+
+
+class Bernoulli:
+    """log p(y | f) = y log sigmoid(f) + (1 - y) log sigmoid(-f), labels y in {0, 1}."""
+
+    task = "binary"
+
+    def log_prob(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return -F.binary_cross_entropy_with_logits(
+            f[..., 0], y.unsqueeze(1).to(f.dtype).expand_as(f[..., 0]), reduction="none")
+
+
+class Categorical:
+    """log p(y | f) = log softmax(f)_y, labels y in {0, ..., K-1}."""
+
+    task = "multiclass"
+
+    def log_prob(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(f, dim=-1)
+        idx = y.long().unsqueeze(1).expand(f.shape[:-1]).unsqueeze(-1)
+        return logp.gather(-1, idx)[..., 0]

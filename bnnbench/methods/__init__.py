@@ -1,0 +1,29 @@
+"""Inference methods, all behind the interface of ``bnnbench.methods.base``.
+
+Add a method by writing one module with a ``Method`` subclass, registering it here, and adding
+``configs/method/<name>.yaml``.
+"""
+
+from __future__ import annotations
+
+from bnnbench.methods.base import Batch, Method, Predictive, Problem, slice_state
+from bnnbench.methods.bbb import BBB
+from bnnbench.methods.map import MAP
+from bnnbench.methods.mc_dropout import MCDropout
+
+METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout)}
+
+
+class UnknownMethodError(KeyError):
+    def __str__(self):
+        return self.args[0]
+
+
+def method_class(name: str) -> type[Method]:
+    if name not in METHODS:
+        raise UnknownMethodError(f"unknown method {name!r}; valid methods: {', '.join(sorted(METHODS))}")
+    return METHODS[name]
+
+
+__all__ = ["Batch", "Method", "Predictive", "Problem", "slice_state", "METHODS", "method_class",
+           "UnknownMethodError"]

@@ -1,0 +1,83 @@
+"""Mean-field Gaussian VI by the reparameterisation trick, optimised with Adam.
+
+"Bayes by Backprop" (Blundell et al., 2015) as in SLANG Table 2, and "BBVI" of Vadam Table 1.
+q(theta) = N(mu, diag(sigma^2)), sigma = softplus(rho), prior N(0, diag(lambda)^-1). Objective: the
+negative ELBO per data point, estimated with S samples,
+
+    L(mu, rho) = -(1/S) sum_s (1/M) sum_i log p(y_i | theta_s) + KL(q || p) / N,
+
+with theta_s = mu + sigma * eps_s (or, optionally, the local reparameterisation trick).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from bnnbench.metrics import kl_diag_gaussians
+from bnnbench.methods.base import Method, Problem, State, adam, hyper_state
+from bnnbench.models.mlp import softplus_inv
+
+
+class BBB(Method):
+    name = "bbb"
+
+    def init(self, problem: Problem, generator: torch.Generator) -> State:
+        cfg = self.cfg
+        R, P = problem.prior_prec.shape
+        dev, dt = problem.prior_prec.device, problem.prior_prec.dtype
+        mean = self.model.init(R, generator, cfg.init_mean, device=dev, dtype=dt)
+        if cfg.get("init_std") is not None:
+            std = float(cfg.init_std)
+            rho = torch.full_like(mean, softplus_inv(std))
+        elif cfg.get("init_rho") is not None:
+            rho = torch.full_like(mean, float(cfg.init_rho))
+        else:  # sigma = 1/sqrt(prec_init), as the Vadam code's BBVI
+            rho = torch.full_like(mean, softplus_inv(float(cfg.init_prec) ** -0.5))
+        z = torch.zeros_like(mean)
+        return {**hyper_state(problem), "mean": mean, "rho": rho, "m_mean": z, "v_mean": z.clone(),
+                "m_rho": z.clone(), "v_rho": z.clone(), "t": torch.zeros(R, dtype=torch.long, device=dev)}
+
+    def noise(self, state, batch, generator):
+        R, P = state["mean"].shape
+        S = int(self.cfg.train_samples)
+        if self.cfg.get("local_reparam", False):
+            B = batch.x.shape[1]
+            return [torch.randn(R, S, B, d_out, generator=generator, device=batch.x.device,
+                                dtype=batch.x.dtype) for _, _, _, d_out in self.model.slices]
+        return torch.randn(R, S, P, generator=generator, device=state["mean"].device,
+                           dtype=state["mean"].dtype)
+
+    def objective(self, state, mean, rho, batch, noise):
+        sigma = F.softplus(rho)
+        if self.cfg.get("local_reparam", False):
+            f = self.model.forward_local_reparam(mean, sigma * sigma, batch.x, noise)
+        else:
+            f = self.model.forward_layers(self.model.sampled_layers(mean, sigma, noise), batch.x)
+        nll = self.nll(state, f, batch.y)
+        prior_var = 1.0 / state["prior_prec"]
+        kl = kl_diag_gaussians(mean, sigma * sigma, torch.zeros_like(mean), prior_var)
+        return nll + kl / state["n_data"].to(nll.dtype), nll, kl
+
+    def step(self, state, batch, noise):
+        mean = state["mean"].detach().requires_grad_(True)
+        rho = state["rho"].detach().requires_grad_(True)
+        with torch.enable_grad():
+            obj, nll, kl = self.objective(state, mean, rho, batch, noise)
+            g_mean, g_rho = torch.autograd.grad(obj.sum(), [mean, rho])
+        t = state["t"] + 1
+        lr, betas, eps = float(self.cfg.lr), tuple(self.cfg.betas), float(self.cfg.eps)
+        new_mean, m_mean, v_mean = adam(state["mean"], g_mean, state["m_mean"], state["v_mean"], t, lr, betas, eps)
+        new_rho, m_rho, v_rho = adam(state["rho"], g_rho, state["m_rho"], state["v_rho"], t, lr, betas, eps)
+        new = {**state, "mean": new_mean, "rho": new_rho, "m_mean": m_mean, "v_mean": v_mean,
+               "m_rho": m_rho, "v_rho": v_rho, "t": t}
+        return new, {"objective": obj.detach(), "nll": nll.detach(), "kl": kl.detach()}
+
+    def sample_params(self, state, n_samples, generator):
+        mean, sigma = state["mean"], F.softplus(state["rho"])
+        eps = torch.randn(*mean.shape[:1], n_samples, mean.shape[1], generator=generator,
+                          device=mean.device, dtype=mean.dtype)
+        return mean.unsqueeze(1) + sigma.unsqueeze(1) * eps
+
+    def predict(self, state, x, n_samples, generator):
+        return self._predictive(state, self.model.forward(self.sample_params(state, n_samples, generator), x))

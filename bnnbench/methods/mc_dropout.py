@@ -1,0 +1,59 @@
+"""MC dropout (Gal & Ghahramani, 2016), as in ``yaringal/DropoutUncertaintyExps`` ``net.py``.
+
+Inverted dropout with rate p on the input of every layer, trained with Adam on the mean squared
+error of the normalised targets plus the weight decay of the dropout-as-VI derivation,
+
+    L(theta) = (1/M) sum_i (y_i - f(x_i; theta, z))^2 + reg * sum_layers ||W||^2,
+    reg = l^2 (1 - p) / (2 N tau),
+
+(l = prior length-scale 1e-2, tau the model precision in original target units; biases are not
+decayed). Prediction keeps dropout on: T stochastic passes, Gaussian noise precision tau.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bnnbench.methods.base import Method, Problem, State, adam, hyper_state
+
+
+class MCDropout(Method):
+    name = "mc_dropout"
+
+    def init(self, problem: Problem, generator: torch.Generator) -> State:
+        if problem.dropout is None or self.likelihood != "gaussian":
+            raise ValueError("mc_dropout needs a Gaussian likelihood and a dropout rate per replica")
+        R = problem.n_replicas
+        dev, dt = problem.prior_prec.device, problem.prior_prec.dtype
+        theta = self.model.init(R, generator, self.cfg.init_mean, device=dev, dtype=dt)
+        z = torch.zeros_like(theta)
+        weight = (~self.model.bias_mask(dev)).to(dt)
+        return {**hyper_state(problem), "theta": theta, "m": z, "v": z.clone(), "weight_mask": weight.expand(R, -1),
+                "t": torch.zeros(R, dtype=torch.long, device=dev)}
+
+    def noise(self, state, batch, generator):
+        return self.model.dropout_masks(state["dropout"], 1, batch.x.shape[1], generator, batch.x.dtype)
+
+    def weight_decay(self, state) -> torch.Tensor:
+        """reg = l^2 (1 - p) / (2 N tau) per replica, tau in original target units."""
+        tau_orig = state["noise_prec"] / state["y_scale"] ** 2
+        l2 = float(self.cfg.length_scale) ** 2
+        return l2 * (1 - state["dropout"]) / (2 * state["n_data"].to(tau_orig.dtype) * tau_orig)
+
+    def step(self, state, batch, noise):
+        theta = state["theta"].detach().requires_grad_(True)
+        with torch.enable_grad():
+            f = self.model.forward(theta.unsqueeze(1), batch.x, dropout_masks=noise)
+            mse = ((batch.y - f[:, 0, :, 0]) ** 2).mean(-1)
+            reg = self.weight_decay(state) * (state["weight_mask"] * theta * theta).sum(-1)
+            obj = mse + reg
+            (g,) = torch.autograd.grad(obj.sum(), [theta])
+        t = state["t"] + 1
+        new_theta, m, v = adam(state["theta"], g, state["m"], state["v"], t, float(self.cfg.lr),
+                               tuple(self.cfg.betas), float(self.cfg.eps))
+        return {**state, "theta": new_theta, "m": m, "v": v, "t": t}, {"objective": obj.detach()}
+
+    def predict(self, state, x, n_samples, generator):
+        theta = state["theta"].unsqueeze(1).expand(-1, n_samples, -1)
+        masks = self.model.dropout_masks(state["dropout"], n_samples, x.shape[1], generator, x.dtype)
+        return self._predictive(state, self.model.forward(theta, x, dropout_masks=masks))

@@ -1,0 +1,139 @@
+"""Fully connected network evaluated for many parameter vectors at once.
+
+Parameters live in one flat vector ``theta`` of length ``P`` per replica (and per MC sample), laid out
+layer by layer as ``[W_1 (d_in x d_out, row-major), b_1, W_2, b_2, ...]``. Every method works on this
+flat vector, so a Gaussian ``q(theta)`` is a mean ``[R, P]`` plus a covariance structure, whatever the
+network. The forward pass broadcasts a replica axis ``R`` and a sample axis ``S``:
+``theta [R, S, P]`` and ``x [R, B, D]`` give outputs ``[R, S, B, d_out]`` as batched matmuls.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+_ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh}
+
+
+class MLP:
+    def __init__(self, sizes: list[int], activation: str = "relu"):
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; valid: {sorted(_ACTIVATIONS)}")
+        self.sizes = [int(s) for s in sizes]
+        self.activation = activation
+        self._act = _ACTIVATIONS[activation]
+        self.slices = []  # (W slice, b slice, d_in, d_out) per layer
+        offset = 0
+        for d_in, d_out in zip(self.sizes[:-1], self.sizes[1:]):
+            w = slice(offset, offset + d_in * d_out)
+            offset += d_in * d_out
+            b = slice(offset, offset + d_out)
+            offset += d_out
+            self.slices.append((w, b, d_in, d_out))
+        self.n_params = offset
+
+    @property
+    def output_dim(self) -> int:
+        return self.sizes[-1]
+
+    def layers(self, theta: torch.Tensor):
+        """Yield ``(W [..., d_in, d_out], b [..., d_out])`` views of ``theta [..., P]``."""
+        lead = theta.shape[:-1]
+        for w, b, d_in, d_out in self.slices:
+            yield theta[..., w].reshape(*lead, d_in, d_out), theta[..., b]
+
+    def sampled_layers(self, mean: torch.Tensor, std: torch.Tensor, eps: torch.Tensor):
+        """Per-layer weights ``mean + std * eps`` for ``mean, std [R, P]`` and ``eps [R, S, P]``.
+
+        Built layer by layer from slices of ``mean`` and ``std`` so that back-propagation writes
+        ``[R, P]`` gradients, not ``[R, S, P]`` ones (slicing a sampled flat vector would).
+        """
+        out = []
+        for (Wm, bm), (Ws, bs), (We, be) in zip(self.layers(mean.unsqueeze(1)), self.layers(std.unsqueeze(1)),
+                                                 self.layers(eps)):
+            out.append((Wm + Ws * We, bm + bs * be))
+        return out
+
+    def bias_mask(self, device=None) -> torch.Tensor:
+        """Boolean ``[P]``: True where the parameter is a bias."""
+        mask = torch.zeros(self.n_params, dtype=torch.bool, device=device)
+        for _, b, _, _ in self.slices:
+            mask[b] = True
+        return mask
+
+    def fan_in(self, device=None, dtype=torch.float32) -> torch.Tensor:
+        """``[P]`` fan-in of the layer each parameter belongs to."""
+        fan = torch.empty(self.n_params, device=device, dtype=dtype)
+        for w, b, d_in, _ in self.slices:
+            fan[w] = d_in
+            fan[b] = d_in
+        return fan
+
+    def init(self, n_replicas: int, generator: torch.Generator, scheme: str = "uniform_fan_in",
+             device=None, dtype=torch.float32) -> torch.Tensor:
+        """Initial ``theta [R, P]``.
+
+        ``uniform_fan_in`` is PyTorch's ``nn.Linear`` default (Kaiming-uniform with a=sqrt(5)):
+        U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases, as in the SLANG/Vadam code.
+        """
+        if scheme == "zero":
+            return torch.zeros(n_replicas, self.n_params, device=device, dtype=dtype)
+        if scheme != "uniform_fan_in":
+            raise ValueError(f"unknown init scheme {scheme!r}; valid: uniform_fan_in, zero")
+        u = torch.rand(n_replicas, self.n_params, generator=generator, device=device, dtype=dtype)
+        bound = self.fan_in(device, dtype).rsqrt()
+        return (2.0 * u - 1.0) * bound
+
+    def forward(self, theta: torch.Tensor, x: torch.Tensor,
+                dropout_masks: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """Network outputs ``[R, S, B, d_out]`` for ``theta [R, S, P]`` and inputs ``x [R, B, D]``.
+
+        ``dropout_masks[l]`` (``[R, S, B, d_in]``, already scaled by 1/(1-p)) multiplies the input of
+        layer ``l`` (inverted dropout, Gal & Ghahramani's MC dropout).
+        """
+        return self.forward_layers(list(self.layers(theta)), x, dropout_masks)
+
+    def forward_layers(self, layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor,
+                       dropout_masks: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """``forward`` from per-layer ``(W [R, S, d_in, d_out], b [R, S, d_out])``."""
+        h = x.unsqueeze(1)
+        n_layers = len(self.slices)
+        for i, (W, b) in enumerate(layers):
+            if dropout_masks is not None:
+                h = h * dropout_masks[i]
+            h = torch.matmul(h, W) + b.unsqueeze(-2)
+            if i < n_layers - 1:
+                h = self._act(h)
+        return h
+
+    def dropout_masks(self, p: torch.Tensor, n_samples: int, batch: int, generator,
+                      dtype=torch.float32) -> list[torch.Tensor]:
+        """Inverted-dropout masks ``[R, S, B, d_in]`` per layer: Bernoulli(1 - p_r) / (1 - p_r)."""
+        keep = (1.0 - p).to(dtype)[:, None, None, None]
+        return [(torch.rand(p.shape[0], n_samples, batch, d_in, generator=generator, device=p.device,
+                            dtype=dtype) < keep).to(dtype) / keep for _, _, d_in, _ in self.slices]
+
+    def forward_local_reparam(self, mean: torch.Tensor, var: torch.Tensor, x: torch.Tensor,
+                              noise: list[torch.Tensor]) -> torch.Tensor:
+        """Outputs ``[R, S, B, d_out]`` under mean-field ``q = N(mean, diag(var))`` by the local
+        reparameterisation trick (Kingma, Salimans & Welling, 2015): each pre-activation is drawn
+        from its Gaussian marginal ``N(h W_mu + b_mu, h^2 W_var + b_var)``, independently per
+        example; ``noise[l]`` is the standard normal draw ``[R, S, B, d_out]`` of layer ``l``.
+        """
+        S = noise[0].shape[1]
+        h = x.unsqueeze(1).expand(x.shape[0], S, *x.shape[1:])
+        n_layers = len(self.slices)
+        for i, ((Wm, bm), (Wv, bv)) in enumerate(zip(self.layers(mean), self.layers(var))):
+            mu = torch.matmul(h, Wm.unsqueeze(1)) + bm[:, None, None, :]
+            v = torch.matmul(h * h, Wv.unsqueeze(1)) + bv[:, None, None, :]
+            h = mu + v.clamp_min(0).sqrt() * noise[i]
+            if i < n_layers - 1:
+                h = self._act(h)
+        return h
+
+
+def softplus_inv(y: float) -> float:
+    """x with softplus(x) = y."""
+    return y + math.log(-math.expm1(-y))
+

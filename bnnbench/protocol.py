@@ -1,0 +1,161 @@
+"""Resolve a composed Hydra config into the settings of one run (``RunSpec``).
+
+A protocol file (``configs/protocol/*.yaml``) describes how a paper ran its experiments: global
+settings, per-size settings (the papers use one setting for small and one for large UCI data sets),
+per-dataset settings (learning rates, hyper-parameter search boxes) and per-method overrides.
+Values are resolved from the least to the most specific, and a value given explicitly on the
+command line always wins:
+
+    method yaml < protocol.method < protocol.methods[m] < sizes[s].method < sizes[s].methods[m]
+                < datasets[d].method < datasets[d].methods[m] < CLI ``method.k=v``
+
+(``method`` applies to every method, ``methods[m]`` to method ``m`` only.)
+    protocol.k  < sizes[s].k < datasets[d].k < CLI ``protocol.k=v``
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig, OmegaConf
+
+PROTOCOL_KEYS = ("epochs", "batch_size", "eval_samples", "eval_every")
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot work; the message says which and what is valid."""
+
+
+@dataclass
+class RunSpec:
+    method: DictConfig
+    model_hidden: list[int]
+    activation: str
+    task: str
+    likelihood: str
+    epochs: int
+    batch_size: int
+    eval_samples: int
+    eval_every: int | None
+    normalize_x: bool
+    normalize_y: bool
+    noise_prec_units: str          # "original" | "normalised"
+    bias_prior_prec: float | None  # None: biases share the weights' prior precision
+    loglik: str                    # which log-likelihood convention the paper reports
+    space: dict = field(default_factory=dict)   # hyper-parameter -> {"log_range": [lo, hi]} | {"values": [...]}
+    fixed: dict = field(default_factory=dict)   # hyper-parameter values used without selection
+    hpo: dict = field(default_factory=dict)
+    splits: object = "all"
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["method"] = OmegaConf.to_container(self.method, resolve=True)
+        return d
+
+
+def explicit_keys(overrides: list[str], prefix: str) -> set[str]:
+    """Keys set on the command line under ``prefix.`` (``method.lr=0.1`` -> ``lr``)."""
+    keys = set()
+    for o in overrides:
+        k = o.split("=", 1)[0].lstrip("+~")
+        if k.startswith(prefix + "."):
+            keys.add(k[len(prefix) + 1:].split(".")[0])
+    return keys
+
+
+def _get(node, *path, default=None):
+    for p in path:
+        if node is None or p not in node:
+            return default
+        node = node[p]
+    return node
+
+
+def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | None = None) -> RunSpec:
+    overrides = overrides or []
+    proto, data = cfg.protocol, cfg.data
+    key = data.key
+    if "datasets" in proto and proto.datasets is not None and key not in proto.datasets:
+        raise ConfigError(f"protocol {proto.name!r} does not define data set {data.name!r}; it defines: "
+                          + ", ".join(f"{data.name.split('/')[0]}/{k}" for k in proto.datasets))
+    ds = _get(proto, "datasets", key, default=OmegaConf.create({}))
+    size = _get(proto, "sizes", ds.get("size", None), default=OmegaConf.create({})) if ds.get("size") else {}
+    mname = cfg.method.name
+
+    explicit_m = explicit_keys(overrides, "method")
+    method = OmegaConf.to_container(cfg.method, resolve=True)
+    layers = []
+    for node in (proto, size, ds):
+        layers += [_get(node, "method"), _get(node, "methods", mname)]
+    for layer in layers:
+        if layer:
+            for k, v in OmegaConf.to_container(layer, resolve=True).items():
+                if k not in explicit_m:
+                    method[k] = v
+
+    explicit_p = explicit_keys(overrides, "protocol")
+    vals = {}
+    for k in PROTOCOL_KEYS:
+        v = proto.get(k)
+        if k not in explicit_p:
+            for layer in (size, ds):
+                if layer and layer.get(k) is not None:
+                    v = layer.get(k)
+        vals[k] = v
+    for k in ("epochs", "batch_size", "eval_samples"):
+        if vals[k] is None or int(vals[k]) <= 0:
+            raise ConfigError(f"protocol.{k} must be a positive integer, got {vals[k]!r}")
+
+    hidden = cfg.model.get("hidden")
+    if hidden is None or "hidden" not in explicit_keys(overrides, "model"):
+        hidden = ds.get("hidden") or proto.get("hidden") or hidden or [50]
+        if isinstance(hidden, str) and hidden.startswith("meta:"):
+            hidden = [int(float(meta[hidden[5:]]))] if meta else [50]
+
+    space = {}
+    for name, rng in (ds.get("space") or {}).items():
+        rng = OmegaConf.to_container(rng, resolve=True) if not isinstance(rng, (list, str)) else rng
+        if isinstance(rng, str) and rng.startswith("meta:"):
+            space[name] = {"values": [float(v) for v in (meta or {})[rng[5:]]]}
+        elif isinstance(rng, dict):
+            space[name] = rng
+        else:
+            space[name] = {"log_range": [float(rng[0]), float(rng[1])]}
+    fixed = {}
+    for name, s in space.items():
+        if "log_range" in s:
+            fixed[name] = math.exp(sum(s["log_range"]) / 2)  # centre of the box in log space
+        else:
+            vals_ = sorted(s["values"])
+            fixed[name] = vals_[len(vals_) // 2]
+    for name, v in (ds.get("fixed") or {}).items():
+        fixed[name] = float(v)
+    for name, v in (cfg.get("hparams") or {}).items():  # explicit hparams.noise_prec=... from the CLI
+        if v is not None:
+            fixed[name] = float(v)
+
+    hpo = OmegaConf.to_container(cfg.hpo, resolve=True)
+    hpo_chosen = any(o.split("=", 1)[0].lstrip("+~") == "hpo" for o in overrides)
+    for k, v in (OmegaConf.to_container(proto.get("hpo") or {}, resolve=True)).items():
+        if k == "default_kind":
+            if not hpo_chosen and v != hpo["kind"]:
+                raise ConfigError(f"protocol {proto.name!r} selects hyper-parameters with hpo={v}; "
+                                  f"add hpo={v} (or hpo=fixed to use fixed values)")
+        elif k not in explicit_keys(overrides, "hpo"):
+            hpo[k] = v
+    if ds.get("length_scales") is not None and "length_scales" not in explicit_keys(overrides, "hpo"):
+        hpo["length_scales"] = list(ds.length_scales)
+
+    likelihood = {"regression": "gaussian", "binary": "bernoulli", "multiclass": "categorical"}[proto.task]
+    return RunSpec(method=OmegaConf.create(method), model_hidden=[int(h) for h in hidden],
+                   activation=cfg.model.get("activation", "relu"), task=proto.task, likelihood=likelihood,
+                   epochs=int(vals["epochs"]), batch_size=int(vals["batch_size"]),
+                   eval_samples=int(vals["eval_samples"]),
+                   eval_every=int(vals["eval_every"]) if vals["eval_every"] else None,
+                   normalize_x=bool(proto.get("normalize_x", True)), normalize_y=bool(proto.get("normalize_y", True)),
+                   noise_prec_units=proto.get("noise_prec_units", "normalised"),
+                   bias_prior_prec=proto.get("bias_prior_prec"), loglik=proto.get("loglik", "joint"),
+                   space=space, fixed=fixed, hpo=hpo, splits=OmegaConf.to_container(proto.splits)
+                   if isinstance(proto.get("splits"), DictConfig) or OmegaConf.is_list(proto.get("splits"))
+                   else proto.get("splits", "all"))

@@ -1,0 +1,106 @@
+"""Run records: one ``record.json`` per finished run, written atomically.
+
+A run directory holds either ``record.json`` (a result) or ``failed.json`` (a diverged or broken run,
+with its reason), never both, and never a half-written file: each is written to a temporary file in
+the same directory and moved into place with ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+RECORD = "record.json"
+FAILED = "failed.json"
+HISTORY = "history.json"
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1, sort_keys=False, default=_jsonable)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _jsonable(o):
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def config_hash(config: dict) -> str:
+    """Hash of the resolved run configuration (what decides the numbers), for skip-if-done."""
+    blob = json.dumps(config, sort_keys=True, default=_jsonable).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def write_record(run_dir: Path, record: dict, history: dict | None = None) -> Path:
+    run_dir = Path(run_dir)
+    if history is not None:
+        atomic_write_json(run_dir / HISTORY, history)
+    atomic_write_json(run_dir / RECORD, record)
+    (run_dir / FAILED).unlink(missing_ok=True)
+    return run_dir / RECORD
+
+
+def write_failure(run_dir: Path, reason: str, record: dict) -> Path:
+    run_dir = Path(run_dir)
+    (run_dir / RECORD).unlink(missing_ok=True)
+    atomic_write_json(run_dir / FAILED, {**record, "status": "failed", "reason": reason})
+    return run_dir / FAILED
+
+
+def load_record(run_dir: Path) -> dict | None:
+    p = Path(run_dir) / RECORD
+    if not p.exists():
+        return None
+    with open(p) as f:
+        return json.load(f)
+
+
+def is_done(run_dir: Path, chash: str) -> bool:
+    """A finished record exists for exactly this configuration."""
+    rec = load_record(run_dir)
+    return rec is not None and rec.get("status") == "ok" and rec.get("config_hash") == chash
+
+
+def versions() -> dict:
+    import numpy
+    import torch
+    out = {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__}
+    for mod in ("scipy", "pandas", "sklearn", "hydra", "omegaconf"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:  # pragma: no cover - optional
+            pass
+    from bnnbench import __version__
+    out["bnnbench"] = __version__
+    return out
+
+
+def git_commit() -> str | None:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return sha.stdout.strip() + ("-dirty" if dirty else "")
+    except Exception:
+        return None

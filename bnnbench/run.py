@@ -1,0 +1,234 @@
+"""One run: a method on a data set under a protocol, all splits at once.
+
+1. resolve the protocol (``bnnbench.protocol``) and load the data set (fetched on first use);
+2. choose hyper-parameters per split without the test rows (``hpo``: fixed, grid or Bayesian
+   optimisation on K-fold cross-validation inside each training split, all candidates x folds x
+   splits trained as one batched program per round);
+3. train the final model on every training split as one batched program and evaluate on the test rows;
+4. write ``record.json`` (or ``failed.json`` with the reason when training diverges).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from bnnbench.data import load_dataset
+from bnnbench.engine import DivergenceError, ReplicaData, train
+from bnnbench.hpo import GPBayesOpt, grid_points, kfold_indices
+from bnnbench.methods import Problem, method_class
+from bnnbench.metrics import STDERR_CONVENTION, summarise
+from bnnbench.models import MLP
+from bnnbench.protocol import ConfigError, RunSpec, resolve
+from bnnbench import results
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def select_splits(ds, which) -> list:
+    splits = list(ds.splits)
+    if which in (None, "all"):
+        return splits
+    if isinstance(which, int):
+        return splits[:which]
+    names = [str(w) for w in which]
+    by_name = {s.name: s for s in splits}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise ConfigError(f"unknown split(s) {missing} of {ds.name}; valid: {list(by_name)}")
+    return [by_name[n] for n in names]
+
+
+def device_of(cfg) -> torch.device:
+    dev = torch.device(cfg.get("device", "cpu"))
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda was asked for but torch.cuda.is_available() is False")
+    return dev
+
+
+def make_problem(spec: RunSpec, model: MLP, data: ReplicaData, hparams: list[dict]) -> Problem:
+    """Per-replica hyper-parameters -> the ``Problem`` a method sees (training units)."""
+    dev, dt = data.x_train.device, data.x_train.dtype
+    R = data.n_replicas
+    lam = torch.tensor([h.get("prior_prec", 1.0) for h in hparams], device=dev, dtype=dt)
+    prior = lam[:, None].expand(R, model.n_params).clone()
+    if spec.bias_prior_prec is not None:
+        prior[:, model.bias_mask(dev)] = float(spec.bias_prior_prec)
+    noise = y_scale = dropout = None
+    if spec.likelihood == "gaussian":
+        y_scale = data.replica("y_std")
+        tau = torch.tensor([h["noise_prec"] for h in hparams], device=dev, dtype=dt)
+        noise = tau * y_scale ** 2 if spec.noise_prec_units == "original" else tau
+    if "dropout" in hparams[0]:
+        dropout = torch.tensor([h["dropout"] for h in hparams], device=dev, dtype=dt)
+    return Problem(likelihood=spec.likelihood, n_data=data.n_train[data.data_index], prior_prec=prior,
+                   noise_prec=noise, y_scale=y_scale, dropout=dropout)
+
+
+def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, *, device, dtype, eval_every=None,
+        stop_on_divergence=True, progress=False, desc="", eval_samples=None):
+    """Train one batched program: replica r trains on ``pairs[data_index[r]]`` with ``hparams[r]``."""
+    data = ReplicaData.build(ds.X, ds.y, pairs, data_index, spec.normalize_x,
+                             spec.normalize_y and spec.task == "regression", device=device, dtype=dtype)
+    out_dim = 1 if spec.task != "multiclass" else int(ds.n_classes)
+    model = MLP([int(np.prod(ds.X.shape[1:])), *spec.model_hidden, out_dim], spec.activation)
+    method = method_class(spec.method.name)(spec.method, model, spec.likelihood)
+    state = method.init(make_problem(spec, model, data, hparams), generator)
+    return train(method, state, data, epochs=spec.epochs, batch_size=spec.batch_size,
+                 eval_samples=eval_samples or spec.eval_samples, generator=generator, task=spec.task,
+                 eval_every=eval_every, stop_on_divergence=stop_on_divergence, progress=progress, desc=desc)
+
+
+def _hp_dict(names, spaces, x) -> dict:
+    return {n: (math.exp(v) if "log_range" in spaces[n] else float(v)) for n, v in zip(names, x)}
+
+
+def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress=False, log=_log):
+    """Per-split hyper-parameters chosen on K-fold CV of the training rows (never the test rows).
+
+    Returns ``(hparams per split, trace)``; the trace lists every evaluated candidate and its score.
+    """
+    hpo = spec.hpo
+    names = list(spec.space)
+    if hpo["kind"] == "fixed" or not names:
+        return [dict(spec.fixed) for _ in splits], []
+    K = int(hpo.get("folds", 5))
+    use = int(hpo.get("use_folds") or K)
+    metric = hpo.get("metric", "loglik_joint")
+    failed = float(hpo.get("failed_score", -5.0))
+    pairs = []
+    for s in splits:
+        for a, b in kfold_indices(len(s.train), K, int(hpo.get("cv_seed", 123)))[:use]:
+            pairs.append((s.train[a], s.train[b]))
+    n_s, n_f = len(splits), use
+    gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+    trace = [[] for _ in splits]
+
+    def evaluate(cands):  # cands[i] : [C, d] candidate points of split i
+        C = len(cands[0])
+        data_index, hps = [], []
+        for i in range(n_s):
+            for f in range(n_f):
+                for c in range(C):
+                    data_index.append(i * n_f + f)
+                    hps.append({**spec.fixed, **_hp_dict(names, spec.space, cands[i][c])})
+        res = fit(spec, ds, pairs, data_index, hps, gen, device=device, dtype=dtype, stop_on_divergence=False,
+                  eval_samples=hpo.get("eval_samples"), progress=progress, desc=f"hpo {C} cand")
+        score = res.final[metric].reshape(n_s, n_f, C)
+        score = torch.where(torch.isfinite(score), score, torch.full_like(score, failed))
+        score = torch.where(res.diverged.reshape(n_s, n_f, C), torch.full_like(score, failed), score)
+        mean = score.mean(1).numpy()
+        for i in range(n_s):
+            for c in range(C):
+                trace[i].append({**_hp_dict(names, spec.space, cands[i][c]), "score": float(mean[i, c])})
+        return mean, res.wall_time_s
+
+    if hpo["kind"] == "grid":
+        per_dim = []
+        for n in names:
+            sp = spec.space[n]
+            per_dim.append(np.linspace(*sp["log_range"], int(hpo.get("grid_points", 5))) if "log_range" in sp
+                           else np.asarray(sp["values"], dtype=float))
+        grid = np.array(np.meshgrid(*per_dim, indexing="ij")).reshape(len(names), -1).T
+        mean, wall = evaluate([grid] * n_s)
+        log(f"grid search: {len(grid)} candidates x {n_f} folds x {n_s} splits in {wall:.1f}s")
+        best = mean.argmax(1)
+        return [_hp_dict(names, spec.space, grid[best[i]]) | _keep_fixed(spec, names) for i in range(n_s)], trace
+
+    if hpo["kind"] != "bo":
+        raise ConfigError(f"unknown hpo.kind {hpo['kind']!r}; valid: fixed, grid, bo")
+    if any("log_range" not in spec.space[n] for n in names):
+        raise ConfigError("hpo=bo needs a log_range for every searched hyper-parameter")
+    bounds = np.array([spec.space[n]["log_range"] for n in names])
+    ls = hpo.get("length_scales") or [1.0] * len(names)
+    opts = [GPBayesOpt(bounds, ls, n_random=int(hpo["n_random"]), alpha=float(hpo.get("alpha", 1e-2)),
+                       seed=seed * 1000 + i) for i in range(n_s)]
+    total = int(hpo["n_random"]) + int(hpo["n_iter"])
+    q = int(hpo.get("batch", 1))
+    done = 0
+    while done < total:
+        n = min(q if done >= int(hpo["n_random"]) else int(hpo["n_random"]) - done, total - done)
+        cands = [o.ask(n) for o in opts]
+        mean, wall = evaluate(cands)
+        for i, o in enumerate(opts):
+            o.tell(cands[i], mean[i])
+        done += n
+        log(f"BO round: {done}/{total} evaluations per split ({n} candidates x {n_f} folds x {n_s} splits, "
+            f"{wall:.1f}s); best mean score {np.mean([o.best[1] for o in opts]):.3f}")
+    return [_hp_dict(names, spec.space, o.best[0]) | _keep_fixed(spec, names) for o in opts], trace
+
+
+def _keep_fixed(spec, names):
+    return {k: v for k, v in spec.fixed.items() if k not in names}
+
+
+def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> dict:
+    """Run ``cfg`` and write its record (or failure) into ``run_dir``; returns the record."""
+    t0 = time.perf_counter()
+    ds = load_dataset(cfg.data.name)
+    spec = resolve(cfg, overrides, meta=ds.meta)
+    if ds.task != spec.task and not (spec.task == "binary" and ds.task == "binary"):
+        raise ConfigError(f"protocol {cfg.protocol.name!r} is for {spec.task} but {ds.name} is a {ds.task} data set")
+    device = device_of(cfg)
+    dtype = {"float32": torch.float32, "float64": torch.float64}[cfg.get("dtype", "float32")]
+    torch.manual_seed(int(cfg.seed))
+    splits = select_splits(ds, spec.splits)
+    resolved = {"method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
+                "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
+                "dtype": cfg.get("dtype", "float32")}
+    chash = results.config_hash(resolved)
+    base = {"status": "ok", "method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
+            "experiment": cfg.get("experiment", {}).get("name") if cfg.get("experiment") else None,
+            "seed": int(cfg.seed), "config_hash": chash, "device": str(device),
+            "config": {**resolved, "hydra_overrides": list(overrides)}}
+    if cfg.get("skip_done", True) and results.is_done(run_dir, chash):
+        log(f"skip: {run_dir} already holds a finished record of this configuration")
+        return results.load_record(run_dir)
+
+    if spec.hpo.get("kind") == "recorded":
+        hparams = _recorded_hparams(spec, splits)
+        trace = []
+    else:
+        hparams, trace = select_hparams(spec, ds, splits, int(cfg.seed), device=device, dtype=dtype,
+                                        progress=cfg.get("progress", False), log=log)
+    t_hpo = time.perf_counter() - t0
+    gen = torch.Generator(device="cpu").manual_seed(int(cfg.seed))
+    pairs = [(s.train, s.test) for s in splits]
+    try:
+        res = fit(spec, ds, pairs, list(range(len(pairs))), hparams, gen, device=device, dtype=dtype,
+                  eval_every=spec.eval_every, stop_on_divergence=True, progress=cfg.get("progress", False),
+                  desc=f"{cfg.method.name} {ds.name}")
+    except DivergenceError as e:
+        results.write_failure(run_dir, str(e), {**base, "hparams": hparams,
+                                                 "wall_time_s": time.perf_counter() - t0})
+        raise
+    keys = [k for k in res.final if k != "train_objective"]
+    per_split = [{"split": s.name, **{k: float(res.final[k][i]) for k in keys}} for i, s in enumerate(splits)]
+    record = {**base, "metrics": per_split,
+              "summary": {k: summarise([m[k] for m in per_split]) for k in keys},
+              "stderr_convention": STDERR_CONVENTION, "loglik_convention_of_paper": spec.loglik,
+              "hparams": [{"split": s.name, **h} for s, h in zip(splits, hparams)], "hpo_trace": trace,
+              "wall_time_s": time.perf_counter() - t0, "hpo_time_s": t_hpo, "train_time_s": res.wall_time_s,
+              "train_steps": res.steps, "versions": results.versions(), "git_commit": results.git_commit()}
+    results.write_record(run_dir, record, history={"epochs": res.history.epochs, "metrics": res.history.metrics,
+                                                   "splits": [s.name for s in splits]})
+    return record
+
+
+def _recorded_hparams(spec, splits):
+    path = Path(spec.hpo["record"])
+    rec = results.load_record(path if path.is_dir() else path.parent)
+    if rec is None:
+        raise ConfigError(f"hpo=recorded: no record.json at {path}")
+    by_split = {h["split"]: {k: v for k, v in h.items() if k != "split"} for h in rec["hparams"]}
+    missing = [s.name for s in splits if s.name not in by_split]
+    if missing:
+        raise ConfigError(f"hpo=recorded: {path} has no hyper-parameters for split(s) {missing}")
+    return [by_split[s.name] for s in splits]

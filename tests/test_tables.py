@@ -1,0 +1,303 @@
+"""Tests of the table/verdict layer (bnnbench.tables). Fast: no training."""
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bnnbench import tables
+from bnnbench.tables import (
+    COLUMNS,
+    build_table,
+    compare_verdicts,
+    load_table,
+    render_latex,
+    render_markdown,
+    verdict,
+    write_tables,
+)
+
+DATASETS = ["uci/boston", "uci/concrete", "uci/energy", "uci/kin8nm",
+            "uci/naval", "uci/power", "uci/wine", "uci/yacht"]
+
+SPEC = {
+    "name": "slang_table2",
+    "title": "SLANG (Mishkin et al., 2018) Table 2: UCI regression",
+    "paper": "slang",
+    "reference": "slang_table2_uci.csv",
+    "table": "Table 2",
+    "methods": {
+        "bbb": {"paper_method": "BBB", "setting": ""},
+        "slang": {"paper_method": "SLANG", "setting": "L=1"},
+    },
+    "datasets": DATASETS,
+    "dataset_names": {},
+    "metrics": {
+        "rmse": {"paper_metric": "test_rmse", "higher_is_better": False},
+        "loglik_joint": {"paper_metric": "test_loglik", "higher_is_better": True},
+    },
+    "notes": "NOTE-MARKER: Dropout numbers are copied from Gal & Ghahramani.",
+}
+
+
+# ---------------------------------------------------------------- verdict
+class TestVerdict:
+    def test_rounds_to_printed_value(self):
+        # 3.434 rounds to 3.43 -> reproduced even with zero se / huge z otherwise
+        v, z = verdict(3.434, 0.0, "3.43", "", False)
+        assert v == "reproduced" and math.isnan(z)
+        # trailing zero is significant: "2.00" has 2 decimals, 2.004 -> 2.00
+        assert verdict(2.004, 0.0, "2.00", None, False)[0] == "reproduced"
+        # 2.006 rounds to 2.01: not by rounding, but the error floor h = 0.005 gives z = 1.2
+        assert verdict(2.006, 0.0, "2.00", "0.001", False) == ("reproduced", pytest.approx(1.2))
+        assert verdict(2.02, 0.0, "2.00", "0.001", False) == ("worse", pytest.approx(4.0))
+        # naval "0.00 ± 0.00": 0.004 rounds to 0.00
+        v, z = verdict(0.004, 0.001, "0.00", "0.00", False)
+        assert v == "reproduced"
+        # z is still reported: e = max(0, h=0.005), denom = sqrt(1e-6 + 2.5e-5)
+        assert z == pytest.approx(0.004 / math.sqrt(0.001**2 + 0.005**2))
+
+    def test_z_just_inside_and_outside(self):
+        # paper 3.43 ± 0.20, se 0.15 -> denom 0.25; 2*0.25 = 0.5
+        assert verdict(3.43 + 0.49, 0.15, "3.43", "0.20", False) == \
+            ("reproduced", pytest.approx(0.49 / 0.25))
+        v, z = verdict(3.43 + 0.51, 0.15, "3.43", "0.20", False)
+        assert v == "worse" and z == pytest.approx(2.04)
+        v, z = verdict(3.43 - 0.51, 0.15, "3.43", "0.20", False)
+        assert v == "better" and z == pytest.approx(-2.04)
+
+    def test_direction_for_loglik(self):
+        # LL: higher is better. paper -2.66 ± 0.06, se 0.08 -> denom 0.1
+        v, z = verdict(-2.40, 0.08, "-2.66", "0.06", True)
+        assert v == "better" and z == pytest.approx(2.6)
+        v, z = verdict(-2.90, 0.08, "-2.66", "0.06", True)
+        assert v == "worse" and z == pytest.approx(-2.4)
+        v, _ = verdict(-2.50, 0.08, "-2.66", "0.06", True)  # z = 1.6
+        assert v == "reproduced"
+
+    def test_half_unit_floor_on_published_error(self):
+        # kin8nm rmse "0.08 ± 0.00": e = h = 0.005; ours 0.09 se 0 -> z = 2 -> reproduced
+        v, z = verdict(0.0899, 0.0, "0.08", "0.00", False)
+        assert v == "reproduced" and z == pytest.approx(1.98)
+        v, z = verdict(0.0901, 0.0, "0.08", "0.00", False)
+        assert v == "worse" and z == pytest.approx(2.02)
+
+    def test_no_error_relative_rule(self):
+        # BBB MNIST 1.82 %, no error: 5 % of 1.82 = 0.091
+        v, z = verdict(1.82 + 0.09, 0.01, "1.82", "", False)  # 4.95 %
+        assert v == "reproduced" and math.isnan(z)
+        assert verdict(1.82 + 0.095, 0.01, "1.82", "", False)[0] == "worse"
+        assert verdict(1.82 - 0.095, 0.01, "1.82", "", False)[0] == "better"
+        # higher is better flips it
+        assert verdict(1.82 - 0.095, 0.01, "1.82", "", True)[0] == "worse"
+        # "NA" error (NNG Year) counts as no error
+        assert verdict(9.5, 0.0, "9.076", "NA", False)[0] == "reproduced"  # 4.7 %
+        assert verdict(9.6, 0.0, "9.076", "NA", False)[0] == "worse"  # 5.8 %
+
+    def test_kl_factor_rule(self):
+        # within a factor 1.25 either way (lower is better)
+        assert verdict(2.240 * 1.24, 0.0, "2.240", "", False, kind="kl")[0] == "reproduced"
+        assert verdict(2.240 / 1.24, 0.0, "2.240", "", False, kind="kl")[0] == "reproduced"
+        assert verdict(2.240 * 1.26, 0.0, "2.240", "", False, kind="kl")[0] == "worse"
+        assert verdict(2.240 / 1.26, 0.0, "2.240", "", False, kind="kl")[0] == "better"
+        # the same 1.2x would fail the default 5 % rule
+        assert verdict(2.240 * 1.2, 0.0, "2.240", "", False)[0] == "worse"
+
+    def test_zero_paper_and_zero_errors(self):
+        # paper printed 0.000 with no error: only rounding can reproduce it
+        assert verdict(0.0004, 0.0, "0.000", "", False, kind="kl")[0] == "reproduced"
+        assert verdict(0.0006, 0.0, "0.000", "", False, kind="kl")[0] == "worse"
+        assert verdict(0.0006, 0.0, "0.000", "", False)[0] == "worse"
+        # zero se and zero published error: the denominator is the half-unit, not 0
+        v, z = verdict(4.80, 0.0, "4.76", "0.00", True)
+        assert v == "better" and z == pytest.approx(8.0)
+        # se given as NaN is treated as 0
+        assert verdict(4.80, float("nan"), "4.76", "0.00", True)[0] == "better"
+
+    def test_not_run(self):
+        for ours in (None, float("nan")):
+            v, z = verdict(ours, 0.1, "3.43", "0.20", False)
+            assert v == "not_run" and math.isnan(z)
+
+
+# ---------------------------------------------------------------- build_table
+def _write_record(root: Path, method: str, dataset: str, summary: dict, wall=10.0,
+                  name="slang_table2"):
+    d = root / name / method / dataset.replace("/", "__")
+    d.mkdir(parents=True, exist_ok=True)
+    rec = {
+        "status": "ok", "method": method, "dataset": dataset, "protocol": "slang_uci",
+        "experiment": name,
+        "metrics": [{"split": "0", **{k: v["mean"] for k, v in summary.items()}}],
+        "summary": summary,
+        "stderr_convention": "std(ddof=0)/sqrt(n)",
+        "wall_time_s": wall,
+    }
+    (d / "record.json").write_text(json.dumps(rec))
+    return d
+
+
+@pytest.fixture
+def runs(tmp_path):
+    root = tmp_path / "runs"
+    _write_record(root, "bbb", "uci/boston", {
+        "rmse": {"mean": 3.20, "stderr": 0.15, "n": 20},           # z = -0.92 -> reproduced
+        "loglik_joint": {"mean": -2.90, "stderr": 0.08, "n": 20},  # z = -2.4 -> worse
+        "loglik_pointwise": {"mean": -2.50, "stderr": 0.08, "n": 20},
+    }, wall=40.0)
+    _write_record(root, "slang", "uci/energy", {
+        "rmse": {"mean": 0.50, "stderr": 0.02, "n": 20},           # (0.50-0.64)/0.036 -> better
+        "loglik_joint": {"mean": -1.1204, "stderr": 0.01, "n": 20},  # rounds to -1.12
+    }, wall=2.5)
+    # a failed run: only failed.json, must be ignored
+    fd = root / "slang_table2" / "slang" / "uci__boston"
+    fd.mkdir(parents=True)
+    (fd / "failed.json").write_text(json.dumps({"status": "failed", "error": "boom",
+                                                "summary": {"rmse": {"mean": 1.0}}}))
+    return root
+
+
+def _cell(df, ds, method, metric):
+    sub = df[(df.dataset == ds) & (df.method == method) & (df.metric == metric)]
+    assert len(sub) == 1
+    return sub.iloc[0]
+
+
+def test_build_table_joins_reference(runs):
+    df = build_table(SPEC, runs)
+    assert list(df.columns[: len(COLUMNS)]) == COLUMNS
+    # published cells: 8 datasets x 2 methods x 2 metrics, all printed in Table 2
+    ref = pd.read_csv(tables.REFERENCE_DIR / "slang_table2_uci.csv", dtype=str,
+                      keep_default_na=False)
+    sel = ref[ref.method.isin(["BBB", "SLANG"])]
+    assert len(df) == len(sel) == 32
+    assert not df.duplicated(subset=["dataset", "method", "setting", "metric"]).any()
+    assert set(df.verdict) <= set(tables.VERDICTS)
+
+    c = _cell(df, "boston", "BBB", "test_rmse")
+    assert c.setting == "" and c.paper == pytest.approx(3.43) and c.paper_err == pytest.approx(0.20)
+    assert c.ours == pytest.approx(3.20) and c.ours_se == pytest.approx(0.15)
+    assert c.verdict == "reproduced" and c.z == pytest.approx(-0.23 / 0.25)
+    assert c.paper_printed == "3.43" and c.n == 20 and c.wall_time_s == 40.0
+    assert _cell(df, "boston", "BBB", "test_loglik").verdict == "worse"  # joint LL used
+    c = _cell(df, "energy", "SLANG", "test_rmse")
+    assert c.setting == "L=1" and c.verdict == "better" and c.paper == pytest.approx(0.64)
+    assert _cell(df, "energy", "SLANG", "test_loglik").verdict == "reproduced"
+    # naval "0.00" is numeric
+    assert _cell(df, "naval", "BBB", "test_rmse").paper == 0.0
+    assert df.paper.dtype == float and df.paper_err.dtype == float
+
+
+def test_build_table_missing_and_failed_are_not_run(runs):
+    df = build_table(SPEC, runs)
+    nr = df[df.verdict == "not_run"]
+    assert len(nr) == 32 - 4
+    assert nr.ours.isna().all() and nr.ours_se.isna().all() and nr.z.isna().all()
+    # failed.json is not a result, but is named as the reason
+    c = _cell(df, "boston", "SLANG", "test_rmse")
+    assert c.verdict == "not_run" and math.isnan(c.ours) and c.run_status == "failed"
+    assert _cell(df, "yacht", "BBB", "test_rmse").run_status == "missing"
+    # no runs at all -> everything not_run, still one row per published cell
+    df0 = build_table(SPEC, runs.parent / "empty")
+    assert len(df0) == 32 and (df0.verdict == "not_run").all()
+
+
+def test_build_table_subset_and_dataset_names(runs):
+    spec = dict(SPEC, datasets=["uci/boston", "uci/naval"],
+                methods={"bbb": {"paper_method": "BBB", "setting": ""}},
+                metrics={"rmse": {"paper_metric": "test_rmse", "higher_is_better": False}})
+    df = build_table(spec, runs)
+    assert len(df) == 2 and list(df.dataset) == ["boston", "naval"]
+    # typo in a method setting matches no published cell -> loud error
+    bad = dict(SPEC, methods={"slang": {"paper_method": "SLANG", "setting": "L=2"}})
+    with pytest.raises(ValueError, match="slang"):
+        build_table(bad, runs)
+    # usps/3vs5 -> usps_3vs5 through the override map (and the default fallback)
+    t1 = {"name": "slang_table1", "reference": "slang_table1_logreg.csv", "table": "Table 1",
+          "methods": {"mf_ef": {"paper_method": "Mean-Field EF", "setting": ""}},
+          "datasets": ["usps/3vs5", "logreg/australian"],
+          "dataset_names": {"usps/3vs5": "usps_3vs5"},
+          "metrics": {"sym_kl": {"paper_metric": "sym_kl", "higher_is_better": False}}}
+    df = build_table(t1, runs)
+    assert list(df.dataset) == ["usps_3vs5", "australian"]
+    assert (df.kind == "kl").all()
+    t1["dataset_names"] = {}
+    assert list(build_table(t1, runs).dataset) == ["usps_3vs5", "australian"]
+
+
+def test_build_table_kl_scale(tmp_path):
+    # Australian MF-EF KL printed 2.240 in the "KL (x10^4)" row; authors' CSV: 22397.8
+    t1 = {"name": "slang_table1", "reference": "slang_table1_logreg.csv",
+          "methods": {"mf_ef": {"paper_method": "Mean-Field EF", "setting": ""}},
+          "datasets": ["logreg/australian"],
+          "metrics": {"sym_kl": {"paper_metric": "sym_kl", "higher_is_better": False}}}
+    _write_record(tmp_path, "mf_ef", "logreg/australian",
+                  {"sym_kl": {"mean": 22397.8, "stderr": 3458.7, "n": 20}}, name="slang_table1")
+    df = build_table(t1, tmp_path)
+    c = df.iloc[0]
+    assert c.paper == pytest.approx(22400.0) and c.scale == 1e4 and c.verdict == "reproduced"
+
+
+# ---------------------------------------------------------------- compare / render
+def test_compare_verdicts_detects_moved_cell(runs, tmp_path):
+    old = build_table(SPEC, runs)
+    assert compare_verdicts(old, old).empty
+    # a rerun: boston BBB rmse got worse; energy SLANG rmse moves better -> reproduced
+    _write_record(runs, "bbb", "uci/boston", {
+        "rmse": {"mean": 4.00, "stderr": 0.15, "n": 20},
+        "loglik_joint": {"mean": -2.90, "stderr": 0.08, "n": 20},
+    })
+    _write_record(runs, "slang", "uci/energy", {
+        "rmse": {"mean": 0.64, "stderr": 0.02, "n": 20},
+        "loglik_joint": {"mean": -1.1204, "stderr": 0.01, "n": 20},
+    })
+    new = build_table(SPEC, runs)
+    reg = compare_verdicts(old, new)
+    assert len(reg) == 1
+    r = reg.iloc[0]
+    assert (r.dataset, r.method, r.setting, r.metric) == ("boston", "BBB", "", "test_rmse")
+    assert r.verdict_old == "reproduced" and r.verdict_new == "worse"
+    assert r.ours_old == pytest.approx(3.20) and r.ours_new == pytest.approx(4.00)
+    # a cell that disappears from a run (not run) is a regression too
+    (runs / "slang_table2" / "slang" / "uci__energy" / "record.json").unlink()
+    reg = compare_verdicts(new, build_table(SPEC, runs))
+    assert set(zip(reg.dataset, reg.metric, reg.verdict_new)) == {
+        ("energy", "test_rmse", "not_run"), ("energy", "test_loglik", "not_run")}
+    # round trip through the CSV (empty setting must survive as "")
+    paths = write_tables(old, SPEC, tmp_path / "out")
+    back = load_table(paths["csv"])
+    assert compare_verdicts(back, old).empty and compare_verdicts(old, back).empty
+    assert back.loc[0, "ours"] == old.loc[0, "ours"]
+
+
+def test_render_markdown(runs):
+    df = build_table(SPEC, runs)
+    md = render_markdown(df, SPEC)
+    assert md.startswith("# SLANG (Mishkin et al., 2018) Table 2")
+    assert "std(ddof=0)/sqrt(n)" in md            # error-bar convention
+    assert "|z| \u2264 2" in md and "5%" in md      # verdict rule
+    assert "`loglik_joint`" in md                   # LL convention
+    assert "reproduced or better: k / n cells per method: BBB 1 / 16; SLANG (L=1) 2 / 16" in md
+    assert "NOTE-MARKER" in md
+    assert "Total wall time of the runs behind this table: 42.5 s" in md
+    assert "RMSE BBB ours" in md and "LL SLANG (L=1) paper" in md
+    lines = [l for l in md.splitlines() if l.startswith("| boston")]
+    assert len(lines) == 1 and "3.200 \u00b1 0.150" in lines[0] and "3.43 \u00b1 0.20" in lines[0]
+    assert "**WORSE**" in lines[0] and "not run (failed)" in lines[0]
+    assert "7200 s (2.00 h)" in render_markdown(df, SPEC, wall_time_s=7200.0)
+
+
+def test_render_latex_and_write_tables(runs, tmp_path):
+    df = build_table(SPEC, runs)
+    tex = render_latex(df, SPEC)
+    assert "\\toprule" in tex and "\\bottomrule" in tex and "$\\pm$" in tex
+    body = [l for l in tex.splitlines() if l.startswith("boston")]
+    assert len(body) == 1 and body[0].count("&") == 2 * 2 * 3
+    paths = write_tables(df, SPEC, tmp_path / "tables", wall_time_s=1.0)
+    assert set(paths) == {"md", "csv", "tex"}
+    for p in paths.values():
+        assert Path(p).is_file() and Path(p).name.startswith("slang_table2.")
+    assert not [p for p in (tmp_path / "tables").iterdir() if p.name.endswith(".tmp")]
+    assert len(pd.read_csv(paths["csv"])) == 32
