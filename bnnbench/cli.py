@@ -91,23 +91,18 @@ def cmd_reproduce(args) -> int:
     from bnnbench.run import execute
     from bnnbench.engine import DivergenceError
     spec = experiment_spec(args.experiment)
-    failures = []
     for cell in spec["runs"]:
         ov = [f"experiment={args.experiment}", f"method={cell['method']}", f"data={cell['data']}",
               f"runs_root={args.runs_root}", *cell.get("overrides", []), *args.overrides]
         cfg = compose(ov)
-        from omegaconf import OmegaConf
         run_dir = Path(args.runs_root) / args.experiment / cfg.method.name / cfg.data.name.replace("/", "__")
         print(f"== {args.experiment}: {cell['method']} on {cell['data']} -> {run_dir}", flush=True)
         try:
             rec = execute(cfg, ov, run_dir)
             print("\n".join(_summary_lines(rec)), flush=True)
         except DivergenceError as e:
-            failures.append((cell, str(e)))
             print(f"   FAILED (recorded in failed.json, not a result): {e}", flush=True)
-    args.out = args.out
-    cmd_table(args)
-    return 0
+    return cmd_table(args)
 
 
 def cmd_table(args) -> int:
@@ -136,22 +131,10 @@ def cmd_list(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from bnnbench.data import DataError, fetch, list_datasets, load_dataset
+    from bnnbench.data import cli as data_cli
     if args.action == "list":
-        for name in list_datasets():
-            print(name)
-        return 0
-    names = list_datasets() if args.name == "all" else [args.name]
-    try:
-        for n in names:
-            paths = fetch(n)
-            ds = load_dataset(n)
-            print(f"{n}: {len(paths)} file(s) verified; {ds.X.shape[0]} rows, {ds.input_dim} inputs, "
-                  f"{len(ds.splits)} split(s)")
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return data_cli(["--list"])
+    return data_cli([*args.names, "--prepare"])
 
 
 def cmd_regression(args) -> int:
@@ -159,9 +142,34 @@ def cmd_regression(args) -> int:
     return regression_main(args)
 
 
+GROUPS = ("data", "method", "protocol", "hpo", "experiment", "model")
+
+
+def check_choices(overrides: list[str]) -> str | None:
+    """An error message for a config-group choice that does not exist (all valid ones listed;
+    Hydra itself lists only the top level of nested groups such as ``data/uci``)."""
+    import difflib
+    for o in overrides:
+        key, _, value = o.partition("=")
+        key = key.lstrip("+~")
+        if key not in GROUPS or not value or value == "null":
+            continue
+        valid = list_names(key)
+        for v in value.split(","):
+            if v not in valid:
+                close = difflib.get_close_matches(v, valid, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                return f"unknown {key} {v!r}{hint}; valid: {', '.join(valid)}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "run":
+        err = check_choices(argv[1:])
+        if err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         _register_resolvers()
         sys.argv = [f"{Path(sys.argv[0]).name} run", *argv[1:]]
         _run_app()
@@ -182,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     lst.add_argument("what", nargs="?", default="all", choices=["all", "datasets", "methods", "protocols", "experiments"])
     d = sub.add_parser("data", help="fetch and verify data sets")
     d.add_argument("action", choices=["list", "fetch"])
-    d.add_argument("name", nargs="?", default="all")
+    d.add_argument("names", nargs="*", default=["all"], help="data set ids, a family (uci, libsvm) or all")
     g = sub.add_parser("regression", help="re-run the fast subset of the tables and fail on a regressed cell")
     g.add_argument("--results", default="results")
     g.add_argument("--runs-root", default="runs/regression")

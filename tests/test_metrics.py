@@ -16,12 +16,12 @@ def _gauss_logpdf(y, m, tau):
 
 def test_regression_metrics_by_hand():
     # one replica, two samples, three test points
-    f = torch.tensor([[[1.0, 2.0, 3.0], [2.0, 2.0, 5.0]]], dtype=torch.float64)
+    f = torch.tensor([[[1.0, 2.0, 3.0], [2.5, 2.0, 5.0]]], dtype=torch.float64)
     y = torch.tensor([[1.5, 1.0, 4.5]], dtype=torch.float64)
     tau = torch.tensor([0.5], dtype=torch.float64)
     mask = torch.ones(1, 3, dtype=torch.bool)
     m = regression_metrics(f, tau, y, mask)
-    mean = [1.5, 2.0, 4.0]
+    mean = [1.75, 2.0, 4.0]
     rmse = math.sqrt(sum((a - b) ** 2 for a, b in zip(mean, [1.5, 1.0, 4.5])) / 3)
     lp = [[_gauss_logpdf(y[0, j].item(), f[0, s, j].item(), 0.5) for j in range(3)] for s in range(2)]
     pointwise = sum(math.log(0.5 * (math.exp(lp[0][j]) + math.exp(lp[1][j]))) for j in range(3)) / 3

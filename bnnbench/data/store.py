@@ -246,7 +246,7 @@ def ensure_file(entry: dict, dataset: str | None = None) -> Path:
                 pass
             os.replace(tmp, target)
             tmp = None
-            log.info("fetched %s from %s", rel, loc)
+            log.debug("fetched %s from %s", rel, loc)
             return target
         finally:
             for t in (tmp, archive_tmp):

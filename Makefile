@@ -1,0 +1,40 @@
+# bnnbench: two set-up commands, `make install` then `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+BNN     = $(VENV)/bin/bnnbench
+TORCH  ?= torch==2.13.0
+RUNS   ?= results/runs
+EXPERIMENTS ?= slang_table2 vadam_table1
+
+.PHONY: install test test-slow data reproduce-tables tables bench regression clean
+
+install:  ## virtual environment in .venv with bnnbench (editable) and the test tools
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+
+test:  ## fast tests (long ones are marked slow: make test-slow)
+	$(PY) -m pytest
+
+test-slow:
+	$(PY) -m pytest -m slow
+
+data:  ## fetch, verify and convert every data set (BNNBENCH_MIRROR=<dir> to copy from a mirror)
+	$(BNN) data fetch all
+
+reproduce-tables:  ## run every missing cell of the paper tables, then write results/tables/
+	for e in $(EXPERIMENTS); do $(BNN) reproduce $$e progress=false --runs-root $(RUNS) --out results/tables || exit 1; done
+
+tables:  ## re-render results/tables/ from the records in results/runs (no training)
+	for e in $(EXPERIMENTS); do $(BNN) table $$e --runs-root $(RUNS) --out results/tables || exit 1; done
+
+bench:  ## performance benchmarks (ratios measured in one run)
+	$(PY) bench/replica_axis.py
+
+regression:  ## CI: re-run the fast cells at the paper protocol, fail if a reproduced cell moved
+	$(BNN) regression --results results --runs-root $${TMPDIR:-/tmp}/bnnbench-regression
+
+clean:
+	rm -rf runs outputs multirun .pytest_cache

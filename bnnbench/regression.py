@@ -1,0 +1,65 @@
+"""CI regression of the published-number cells (``make regression``).
+
+Re-runs the fast subset of every experiment whose table is committed in ``results/tables/``: the
+final trainings on the small UCI data sets, at the paper protocol, with the per-split
+hyper-parameters recorded in ``results/runs`` (``hpo=recorded``; repeating the Bayesian optimisation
+would take hours). Rebuilds those cells and fails when a cell that ``results/`` records as
+reproduced (or better) no longer is, printing the cells that moved. The runs are seeded and CPU
+training is deterministic, so on unchanged code the numbers are the recorded ones.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+FAST_DATASETS = ("uci/boston", "uci/concrete", "uci/energy", "uci/wine", "uci/yacht")
+
+
+def main(args) -> int:
+    from bnnbench.cli import compose, experiment_spec, list_names
+    from bnnbench.run import execute
+    from bnnbench.tables import KEYS, build_table, compare_verdicts, load_table
+
+    results, runs_root = Path(args.results), Path(args.runs_root)
+    moved_all, checked = [], 0
+    for exp in list_names("experiment"):
+        table = results / "tables" / f"{exp}.csv"
+        if not table.exists():
+            continue
+        spec = experiment_spec(exp)
+        old = load_table(table)
+        done = []
+        for cell in spec["runs"]:
+            src = results / "runs" / exp / cell["method"] / cell["data"].replace("/", "__")
+            if cell["data"] not in FAST_DATASETS or not (src / "record.json").exists():
+                continue
+            ov = [f"experiment={exp}", f"method={cell['method']}", f"data={cell['data']}", "hpo=recorded",
+                  f"hpo.record={src}", f"runs_root={runs_root}", "progress=false", "skip_done=false",
+                  *cell.get("overrides", [])]
+            run_dir = runs_root / exp / cell["method"] / cell["data"].replace("/", "__")
+            print(f"== regression {exp}: {cell['method']} on {cell['data']}", flush=True)
+            execute(compose(ov), ov, run_dir)
+            done.append(cell)
+        if not done:
+            continue
+        new = build_table(spec, runs_root)
+        new = new[new["verdict"] != "not_run"]
+        old_sub = old.merge(new[KEYS], on=KEYS)
+        checked += len(old_sub)
+        moved = compare_verdicts(old_sub, new)
+        if len(moved):
+            moved_all.append(moved.assign(experiment=exp))
+        for _, r in new.merge(old_sub[KEYS + ["ours", "verdict"]], on=KEYS, suffixes=("", "_recorded")).iterrows():
+            print(f"   {r['dataset']:>9s} {r['method']:>6s} {r['metric']:>12s}: ours {r['ours']:.4f} "
+                  f"(recorded {r['ours_recorded']:.4f}) paper {r['paper']:g} -> {r['verdict']}"
+                  f" (recorded {r['verdict_recorded']})")
+    if moved_all:
+        moved = pd.concat(moved_all)
+        print("\nREGRESSION: cells recorded as reproduced/better that no longer are:")
+        print(moved.to_string(index=False))
+        return 1
+    print(f"\nregression check passed: {checked} published cell(s) re-checked"
+          + ("" if checked else " (no committed table has fast cells yet)"))
+    return 0

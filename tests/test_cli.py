@@ -1,0 +1,148 @@
+"""The command line and run records: required fields, determinism, skip-if-done, divergence,
+atomic writes and the error messages a user sees."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bnnbench import results
+from bnnbench.cli import compose, main
+from bnnbench.engine import DivergenceError
+from bnnbench.protocol import ConfigError
+from bnnbench.run import execute
+
+REPO = Path(__file__).resolve().parents[1]
+MIRROR = Path(os.environ.get("BNNBENCH_TEST_MIRROR", REPO.parent / "shared" / "data"))
+pytestmark = pytest.mark.skipif(not (MIRROR / "MANIFEST.md").is_file(), reason="needs the data mirror")
+
+TINY = ["protocol.epochs=2", "protocol.splits=[0,1,2]", "protocol.eval_every=1", "progress=false"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def env(tmp_path_factory):
+    old = {k: os.environ.get(k) for k in ("BNNBENCH_MIRROR", "BNNBENCH_CACHE", "BNNBENCH_OFFLINE")}
+    os.environ.update(BNNBENCH_MIRROR=str(MIRROR), BNNBENCH_CACHE=str(tmp_path_factory.mktemp("cache")),
+                      BNNBENCH_OFFLINE="1")
+    yield
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _run(tmp_path, *overrides):
+    ov = ["method=bbb", "data=uci/yacht", *TINY, *overrides]
+    return execute(compose(ov), ov, tmp_path / "run", log=lambda m: None)
+
+
+def test_record_has_required_fields(tmp_path):
+    rec = _run(tmp_path)
+    on_disk = json.loads((tmp_path / "run" / "record.json").read_text())
+    assert on_disk == json.loads(json.dumps(rec))
+    for k in ("method", "dataset", "protocol", "seed", "metrics", "summary", "wall_time_s", "versions",
+              "git_commit", "hparams", "stderr_convention", "config"):
+        assert k in on_disk, k
+    assert on_disk["method"] == "bbb" and on_disk["dataset"] == "uci/yacht" and on_disk["protocol"] == "slang_uci"
+    assert [m["split"] for m in on_disk["metrics"]] == ["0", "1", "2"]
+    for key in ("rmse", "loglik_joint", "loglik_pointwise"):
+        s = on_disk["summary"][key]
+        assert set(s) == {"mean", "stderr", "n"} and s["n"] == 3
+        vals = [m[key] for m in on_disk["metrics"]]
+        assert s["mean"] == pytest.approx(sum(vals) / 3)
+    hist = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert hist["epochs"] == [1, 2] and len(hist["metrics"][0]["rmse"]) == 3
+
+
+def test_same_command_same_numbers(tmp_path):
+    a = _run(tmp_path / "a")
+    b = _run(tmp_path / "b")
+    assert a["metrics"] == b["metrics"]
+    c = _run(tmp_path / "c", "seed=1")
+    assert c["metrics"] != a["metrics"]
+
+
+def test_finished_cell_is_skipped(tmp_path):
+    a = _run(tmp_path)
+    mtime = (tmp_path / "run" / "record.json").stat().st_mtime_ns
+    b = _run(tmp_path)
+    assert b == json.loads(json.dumps(a)) and (tmp_path / "run" / "record.json").stat().st_mtime_ns == mtime
+    _run(tmp_path, "protocol.epochs=3")  # a different configuration runs again
+    assert (tmp_path / "run" / "record.json").stat().st_mtime_ns != mtime
+
+
+def test_divergence_writes_failure_and_no_record(tmp_path):
+    (tmp_path / "run").mkdir()
+    with pytest.raises(DivergenceError, match="diverged at epoch"):
+        _run(tmp_path, "method.lr=1e30")
+    assert not (tmp_path / "run" / "record.json").exists()
+    failed = json.loads((tmp_path / "run" / "failed.json").read_text())
+    assert failed["status"] == "failed" and "non-finite" in failed["reason"]
+
+
+def test_interrupted_write_leaves_no_partial_record(tmp_path, monkeypatch):
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(results.json, "dump", boom)
+    with pytest.raises(KeyboardInterrupt):
+        results.atomic_write_json(tmp_path / "record.json", {"a": 1})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_protocol_without_the_dataset_lists_valid_ones(tmp_path):
+    with pytest.raises(ConfigError, match="uci/boston"):
+        _run(tmp_path, "data=uci/protein")
+
+
+def test_recorded_hparams_are_reused(tmp_path):
+    rec = _run(tmp_path, "hparams.noise_prec=0.5", "hparams.prior_prec=2.0")
+    assert all(h["noise_prec"] == 0.5 and h["prior_prec"] == 2.0 for h in rec["hparams"])
+    again = _run(tmp_path / "b", "hpo=recorded", f"hpo.record={tmp_path / 'run'}")
+    assert again["metrics"] == rec["metrics"]
+
+
+def test_bo_selection_is_recorded(tmp_path):
+    rec = _run(tmp_path, "hpo=bo", "hpo.n_random=2", "hpo.n_iter=1", "hpo.folds=2", "protocol.epochs=1")
+    assert len(rec["hpo_trace"]) == 3 and all(len(t) == 3 for t in rec["hpo_trace"])
+    lo, hi = -1.6, -0.6  # the yacht box of slang_uci (log noise precision)
+    import math
+    for h, trace in zip(rec["hparams"], rec["hpo_trace"]):
+        best = max(trace, key=lambda t: t["score"])
+        assert h["noise_prec"] == pytest.approx(best["noise_prec"])
+        assert math.exp(lo) <= h["noise_prec"] <= math.exp(hi)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "bnnbench.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=300, env=os.environ.copy())
+
+
+def test_cli_run_prints_summary(tmp_path):
+    p = _cli("run", "method=map", "data=uci/yacht", *TINY, f"runs_root={tmp_path}")
+    assert p.returncode == 0, p.stderr
+    assert "rmse" in p.stdout and "loglik_joint" in p.stdout and "+-" in p.stdout
+    assert (tmp_path / "adhoc" / "map" / "uci__yacht" / "record.json").exists()
+
+
+def test_cli_unknown_names_list_valid_ones(tmp_path):
+    p = _cli("run", "method=slang_typo", f"runs_root={tmp_path}")
+    assert p.returncode != 0 and "bbb" in p.stderr and "mc_dropout" in p.stderr
+    p = _cli("run", "data=uci/bostn", f"runs_root={tmp_path}")
+    assert p.returncode != 0 and "uci/boston" in p.stderr
+
+
+def test_cli_divergence_exit_code(tmp_path):
+    p = _cli("run", "method=bbb", "data=uci/yacht", *TINY, "method.lr=1e30", f"runs_root={tmp_path}")
+    assert p.returncode == 3 and "diverged" in p.stderr
+    assert not (tmp_path / "adhoc" / "bbb" / "uci__yacht" / "record.json").exists()
+
+
+def test_list(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "uci/boston" in out and "bbb" in out and "slang_table2" in out and "vadam_uci" in out
