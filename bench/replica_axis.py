@@ -35,14 +35,14 @@ def main():
     hp = [dict(spec.fixed)] * len(pairs)
     kw = dict(device=torch.device(args.device), dtype=torch.float32)
 
-    fit(spec, ds, pairs[:2], [0, 1], hp[:2], torch.Generator().manual_seed(0), **kw)  # warm-up
+    fit(spec, ds, pairs[:2], [0, 1], hp[:2], torch.Generator(args.device).manual_seed(0), **kw)  # warm-up
     t = time.perf_counter()
-    batched = fit(spec, ds, pairs, list(range(len(pairs))), hp, torch.Generator().manual_seed(0), **kw)
+    batched = fit(spec, ds, pairs, list(range(len(pairs))), hp, torch.Generator(args.device).manual_seed(0), **kw)
     t_batched = time.perf_counter() - t
     t = time.perf_counter()
     steps_loop = 0
     for i, p in enumerate(pairs):
-        r = fit(spec, ds, [p], [0], hp[:1], torch.Generator().manual_seed(i), **kw)
+        r = fit(spec, ds, [p], [0], hp[:1], torch.Generator(args.device).manual_seed(i), **kw)
         steps_loop += r.steps
     t_loop = time.perf_counter() - t
     R = len(pairs)

@@ -1,4 +1,4 @@
-"""Command line: ``bnnbench run | reproduce | table | list | data | regression``.
+"""Command line: ``bnnbench run | reproduce | table | plot | list | data | regression``.
 
 ``run`` is a Hydra application: every argument after it is a Hydra override (``method=bbb
 data=uci/boston protocol.epochs=10``), and ``-m`` sweeps over comma-separated values.
@@ -102,6 +102,7 @@ def cmd_reproduce(args) -> int:
             print("\n".join(_summary_lines(rec)), flush=True)
         except DivergenceError as e:
             print(f"   FAILED (recorded in failed.json, not a result): {e}", flush=True)
+    cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out="results/figures"))
     return cmd_table(args)
 
 
@@ -112,6 +113,14 @@ def cmd_table(args) -> int:
     paths = write_tables(df, spec, Path(args.out))
     counts = df.groupby("verdict").size().to_dict()
     print(f"{args.experiment}: {counts}; wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from bnnbench.plots import convergence_figure
+    spec = experiment_spec(args.experiment)
+    out = convergence_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_convergence.png")
+    print(f"wrote {out}" if out else f"no run histories of {args.experiment} under {args.runs_root}")
     return 0
 
 
@@ -186,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("experiment")
     t.add_argument("--runs-root", default="runs")
     t.add_argument("--out", default="results/tables")
+    pl = sub.add_parser("plot", help="convergence figure of an experiment from its stored run histories")
+    pl.add_argument("experiment")
+    pl.add_argument("--runs-root", default="runs")
+    pl.add_argument("--out", default="results/figures")
     lst = sub.add_parser("list", help="list data sets, methods, protocols and experiments")
     lst.add_argument("what", nargs="?", default="all", choices=["all", "datasets", "methods", "protocols", "experiments"])
     d = sub.add_parser("data", help="fetch and verify data sets")
@@ -195,11 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--results", default="results")
     g.add_argument("--runs-root", default="runs/regression")
     args = p.parse_args(argv)
-    if args.cmd == "reproduce":
+    if args.cmd in ("reproduce", "table", "plot"):
         known = set(list_names("experiment"))
         if args.experiment not in known:
             p.error(f"unknown experiment {args.experiment!r}; valid: {', '.join(sorted(known))}")
-    return {"reproduce": cmd_reproduce, "table": cmd_table, "list": cmd_list, "data": cmd_data,
+    return {"reproduce": cmd_reproduce, "table": cmd_table, "plot": cmd_plot, "list": cmd_list, "data": cmd_data,
             "regression": cmd_regression}[args.cmd](args)
 
 

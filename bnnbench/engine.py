@@ -146,7 +146,7 @@ def evaluate(method: Method, state: State, data: ReplicaData, n_samples: int, ge
     """Metrics ``[R]`` on each replica's evaluation set, in original target units."""
     R = data.n_replicas
     t_max = data.x_eval.shape[1]
-    chunk = max(1, max_elems // max(1, n_samples * t_max * max(1, method.model.output_dim)))
+    chunk = max(1, max_elems // max(1, n_samples * t_max * max(method.model.sizes)))  # largest activation
     out: dict[str, list[torch.Tensor]] = {}
     with torch.no_grad():
         for lo in range(0, R, chunk):

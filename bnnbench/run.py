@@ -46,6 +46,26 @@ def select_splits(ds, which) -> list:
     return [by_name[n] for n in names]
 
 
+def validate(cfg: DictConfig) -> None:
+    """Fail at start, with the valid values, on settings that cannot work."""
+    def need(ok, msg):
+        if not ok:
+            raise ConfigError(msg)
+    need(isinstance(cfg.seed, int) and cfg.seed >= 0, f"seed must be a non-negative integer, got {cfg.seed!r}")
+    need(cfg.get("dtype", "float32") in ("float32", "float64"), f"dtype must be float32 or float64, got {cfg.dtype!r}")
+    need(str(cfg.get("device", "cpu")).split(":")[0] in ("cpu", "cuda"), f"device must be cpu or cuda[:N], got {cfg.device!r}")
+    m = cfg.method
+    for k in ("lr", "eps", "length_scale", "init_prec", "init_std"):
+        if m.get(k) is not None:
+            need(isinstance(m[k], (int, float)) and m[k] > 0, f"method.{k} must be a positive number, got {m[k]!r}")
+    if m.get("train_samples") is not None:
+        need(isinstance(m.train_samples, int) and m.train_samples >= 1,
+             f"method.train_samples must be an integer >= 1, got {m.train_samples!r}")
+    if m.get("betas") is not None:
+        need(len(m.betas) == 2 and all(0 <= b < 1 for b in m.betas), f"method.betas must be two numbers in [0, 1), got {list(m.betas)}")
+    need(cfg.hpo.kind in ("fixed", "grid", "bo", "recorded"), f"hpo.kind must be fixed, grid, bo or recorded, got {cfg.hpo.kind!r}")
+
+
 def device_of(cfg) -> torch.device:
     dev = torch.device(cfg.get("device", "cpu"))
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -108,7 +128,7 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
         for a, b in kfold_indices(len(s.train), K, int(hpo.get("cv_seed", 123)))[:use]:
             pairs.append((s.train[a], s.train[b]))
     n_s, n_f = len(splits), use
-    gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
     trace = [[] for _ in splits]
 
     def evaluate(cands):  # cands[i] : [C, d] candidate points of split i
@@ -172,6 +192,7 @@ def _keep_fixed(spec, names):
 def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> dict:
     """Run ``cfg`` and write its record (or failure) into ``run_dir``; returns the record."""
     t0 = time.perf_counter()
+    validate(cfg)
     ds = load_dataset(cfg.data.name)
     spec = resolve(cfg, overrides, meta=ds.meta)
     if ds.task != spec.task and not (spec.task == "binary" and ds.task == "binary"):
@@ -199,7 +220,7 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
         hparams, trace = select_hparams(spec, ds, splits, int(cfg.seed), device=device, dtype=dtype,
                                         progress=cfg.get("progress", False), log=log)
     t_hpo = time.perf_counter() - t0
-    gen = torch.Generator(device="cpu").manual_seed(int(cfg.seed))
+    gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
     pairs = [(s.train, s.test) for s in splits]
     try:
         res = fit(spec, ds, pairs, list(range(len(pairs))), hparams, gen, device=device, dtype=dtype,

@@ -94,6 +94,15 @@ def test_interrupted_write_leaves_no_partial_record(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("override, match", [("dtype=float16", "dtype"), ("method.lr=-1", "method.lr"),
+                                              ("method.train_samples=0", "train_samples"), ("device=tpu", "device"),
+                                              ("protocol.epochs=0", "protocol.epochs")])
+def test_wrong_values_fail_at_start(tmp_path, override, match):
+    with pytest.raises(ConfigError, match=match):
+        _run(tmp_path, override)
+    assert not (tmp_path / "run").exists()
+
+
 def test_protocol_without_the_dataset_lists_valid_ones(tmp_path):
     with pytest.raises(ConfigError, match="uci/boston"):
         _run(tmp_path, "data=uci/protein")
