@@ -91,7 +91,7 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
     for layer in layers:
         if layer:
             for k, v in OmegaConf.to_container(layer, resolve=True).items():
-                if k not in explicit_m:
+                if k not in explicit_m and v is not None:
                     method[k] = v
 
     explicit_p = explicit_keys(overrides, "protocol")

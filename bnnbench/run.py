@@ -169,7 +169,8 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
     bounds = np.array([spec.space[n]["log_range"] for n in names])
     ls = hpo.get("length_scales") or [1.0] * len(names)
     opts = [GPBayesOpt(bounds, ls, n_random=int(hpo["n_random"]), alpha=float(hpo.get("alpha", 1e-2)),
-                       seed=seed * 1000 + i) for i in range(n_s)]
+                       seed=seed * 1000 + i, fit_length_scales=bool(hpo.get("fit_length_scales", True)),
+                       gp_restarts=int(hpo.get("gp_restarts", 25))) for i in range(n_s)]
     total = int(hpo["n_random"]) + int(hpo["n_iter"])
     q = int(hpo.get("batch", 1))
     done = 0

@@ -38,7 +38,7 @@ def test_bo_is_seeded():
 
 
 def test_batch_proposals_are_distinct():
-    opt = GPBayesOpt([[0, 1]], [0.2], n_random=3, seed=1)
+    opt = GPBayesOpt([[0, 1]], [0.2], n_random=3, seed=1, fit_length_scales=False)
     x = opt.ask(3)
     opt.tell(x, np.sin(6 * x[:, 0]))
     prop = opt.ask(3)
@@ -57,3 +57,14 @@ def test_kfold_positions_cover_and_are_disjoint():
 def test_grid_points():
     g = grid_points(np.array([[0.0, 1.0], [2.0, 4.0]]), 3)
     assert g.shape == (9, 2) and {tuple(r) for r in g} >= {(0.0, 2.0), (1.0, 4.0), (0.5, 3.0)}
+
+
+def test_length_scales_are_refitted_like_bayes_opt():
+    """bayes_opt 0.6.0 re-fits the Matern length-scales each step; the protocol value is the start."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, size=(20, 2))
+    y = np.sin(3 * X[:, 0]) + 0.01 * X[:, 1]  # varies fast along x0, hardly along x1
+    fitted = GPBayesOpt([[-2, 2], [-2, 2]], [1.0, 1.0], seed=0)._gp(X, y).kernel_.length_scale
+    fixed = GPBayesOpt([[-2, 2], [-2, 2]], [1.0, 1.0], seed=0, fit_length_scales=False)._gp(X, y).kernel_.length_scale
+    assert np.allclose(fixed, [1.0, 1.0])
+    assert fitted[0] < 1.0 < fitted[1]

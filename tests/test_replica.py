@@ -18,6 +18,10 @@ METHOD_CFGS = {
                 init_mean="uniform_fan_in", init_std=None, init_rho=-1.0, init_prec=10.0),
     "bbb_lrt": dict(lr=0.01, betas=[0.9, 0.99], eps=1e-8, train_samples=3, local_reparam=True,
                     init_mean="uniform_fan_in", init_std=None, init_rho=-1.0, init_prec=10.0),
+    "vogn": dict(lr=0.01, beta=0.9, train_samples=2, curvature="ef", prec_init=None, init_mean="uniform_fan_in"),
+    "vogn_ggn": dict(lr=0.01, beta=0.9, train_samples=2, curvature="ggn", prec_init=None, init_mean="uniform_fan_in"),
+    "vadam": dict(lr=0.01, betas=[0.9, 0.99], train_samples=2, prec_init=None, init_mean="uniform_fan_in"),
+    "vprop": dict(lr=0.01, beta=0.99, train_samples=2, prec_init=None, init_mean="uniform_fan_in"),
     "mc_dropout": dict(lr=0.01, betas=[0.9, 0.999], eps=1e-8, length_scale=0.01, init_mean="uniform_fan_in"),
 }
 
@@ -35,7 +39,7 @@ def test_replica_update_equals_update_alone(name):
     g = torch.Generator().manual_seed(0)
     model = MLP([4, 6, 1])
     cfg = OmegaConf.create(METHOD_CFGS[name])
-    method = METHODS[name.replace("_lrt", "")](cfg, model, "gaussian")
+    method = METHODS[name.replace("_lrt", "").replace("_ggn", "")](cfg, model, "gaussian")
     R = 3
     state = method.init(_problem(R, model, g), g)
     batch = Batch(x=torch.randn(R, 5, 4, generator=g, dtype=DT), y=torch.randn(R, 5, generator=g, dtype=DT),

@@ -10,8 +10,10 @@ from bnnbench.methods.base import Batch, Method, Predictive, Problem, slice_stat
 from bnnbench.methods.bbb import BBB
 from bnnbench.methods.map import MAP
 from bnnbench.methods.mc_dropout import MCDropout
+from bnnbench.methods.vadam import Vadam, Vprop
+from bnnbench.methods.vogn import VOGN
 
-METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout)}
+METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout, VOGN, Vadam, Vprop)}
 
 
 class UnknownMethodError(KeyError):

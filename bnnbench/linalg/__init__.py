@@ -1,0 +1,1 @@
+"""Linear-algebra building blocks: per-example gradient statistics, low-rank operations."""

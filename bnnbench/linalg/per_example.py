@@ -1,0 +1,64 @@
+"""Per-example gradient statistics of an MLP from activations and back-propagated gradients.
+
+For a linear layer ``z = a W + b`` the gradient of example i's loss is ``dW_i = a_i^T g_i`` and
+``db_i = g_i``, with ``a_i`` the layer input and ``g_i = d loss_i / d z_i``. Hence, without forming
+the per-example gradients (DESIGN.md, "curvature without materialising"):
+
+    sum_i dW_i^2 = (a^2)^T (g^2),      sum_i db_i^2 = sum_i g_i^2.
+
+``g`` comes from one backward pass of the *sum* of per-example losses, because examples do not
+interact. ``per_example_grads`` materialises the gradients with ``torch.func`` (the reference used in
+tests and the fallback for layers without this rule).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bnnbench.models.mlp import MLP
+
+
+def forward_cache(model: MLP, layers, x: torch.Tensor):
+    """Outputs ``[R, S, B, d_out]`` plus per layer the input ``a`` and the pre-activation ``z``
+    (``z`` is part of the graph, so ``autograd.grad(loss, zs)`` gives the back-propagated ``g``)."""
+    h = x.unsqueeze(1)
+    acts, zs = [], []
+    n = len(layers)
+    for i, (W, b) in enumerate(layers):
+        a = h.expand(*W.shape[:2], *h.shape[2:])
+        z = torch.matmul(a, W) + b.unsqueeze(-2)
+        acts.append(a)
+        zs.append(z)
+        h = model._act(z) if i < n - 1 else z
+    return h, acts, zs
+
+
+def sum_sq_grads(model: MLP, acts, gs) -> torch.Tensor:
+    """``sum_i (d loss_i / d theta)^2`` as a flat ``[R, S, P]`` tensor from ``a`` and ``g`` per layer."""
+    parts = []
+    for a, g in zip(acts, gs):
+        g2 = g * g
+        parts.append(torch.matmul((a * a).transpose(-1, -2), g2).flatten(-2))
+        parts.append(g2.sum(-2))
+    return torch.cat(parts, dim=-1)
+
+
+def sum_grads(model: MLP, acts, gs) -> torch.Tensor:
+    """``sum_i d loss_i / d theta`` as a flat ``[R, S, P]`` tensor."""
+    parts = []
+    for a, g in zip(acts, gs):
+        parts.append(torch.matmul(a.transpose(-1, -2), g).flatten(-2))
+        parts.append(g.sum(-2))
+    return torch.cat(parts, dim=-1)
+
+
+def per_example_grads(model: MLP, loss_fn, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Reference: per-example gradients ``[B, P]`` of ``loss_fn(f(x_i; theta), y_i)`` for one
+    parameter vector ``theta [P]`` by ``torch.func.vmap(grad)``."""
+    from torch.func import grad, vmap
+
+    def single(th, xi, yi):
+        f = model.forward(th[None, None], xi[None, None])[0, 0, 0]
+        return loss_fn(f, yi).sum()  # f: the [d_out] output of example i
+
+    return vmap(grad(single), in_dims=(None, 0, 0))(theta, x, y)

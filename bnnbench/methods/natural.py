@@ -1,0 +1,75 @@
+"""Shared pieces of the weight-perturbation natural-gradient methods (VOGN, Vadam, Vprop):
+Gaussian samples of the weights as per-layer leaves, minibatch gradients per MC sample, and the
+per-example curvature (empirical Fisher or generalised Gauss-Newton) from activations and
+back-propagated gradients (``bnnbench.linalg.per_example``)."""
+
+from __future__ import annotations
+
+import torch
+
+from bnnbench.linalg.per_example import forward_cache, sum_grads, sum_sq_grads
+from bnnbench.methods.base import likelihood_of
+from bnnbench.metrics import kl_diag_gaussians
+
+
+def leaf_layers(model, mean, std, eps):
+    """Sampled weights ``mean + std * eps`` per layer, each a leaf tensor that requires grad."""
+    return [(W.detach().requires_grad_(True), b.detach().requires_grad_(True))
+            for W, b in model.sampled_layers(mean, std, eps)]
+
+
+def flat_grads(grads) -> torch.Tensor:
+    """Per-layer ``(dW [R, S, d_in, d_out], db [R, S, d_out])`` -> flat ``[R, S, P]``."""
+    return torch.cat([g.flatten(2) for g in grads], dim=-1)
+
+
+def sample_gradients(method, state, layers, batch):
+    """Gradient of the minibatch-mean negative log-likelihood at each sample: ``[R, S, P]``,
+    and the per-replica mean NLL ``[R]``."""
+    with torch.enable_grad():
+        f = method.model.forward_layers(layers, batch.x)
+        nll = -likelihood_of(state, method.likelihood).log_prob(f, batch.y).mean(-1)  # [R, S]
+        grads = torch.autograd.grad(nll.sum(), [t for wb in layers for t in wb])
+    return flat_grads(grads), nll.mean(1).detach()
+
+
+def per_example_stats(method, state, layers, batch, curvature: str, generator=None):
+    """``(sum_i g_i, sum_i c_i, mean nll)``: per-sample sums over the minibatch of per-example NLL
+    gradients ``g_i`` ``[R, S, P]`` and of the curvature ``c_i`` ``[R, S, P]``:
+
+    * ``ef``: ``c_i = g_i^2`` (empirical Fisher diagonal);
+    * ``ggn``: ``c_i = diag(J_i^T Lambda_i J_i)`` with ``J_i = df_i/dtheta`` and ``Lambda_i`` the Hessian of
+      the NLL in the output: ``tau`` (Gaussian), ``p(1-p)`` (Bernoulli); for the categorical likelihood
+      a one-sample Monte Carlo estimate of the Fisher (labels drawn from the model) is used.
+    """
+    model = method.model
+    with torch.enable_grad():
+        f, acts, zs = forward_cache(model, layers, batch.x)
+        nll_i = -likelihood_of(state, method.likelihood).log_prob(f, batch.y)  # [R, S, B]
+        gs = torch.autograd.grad(nll_i.sum(), zs, retain_graph=curvature != "ef")
+        g_sum = sum_grads(model, acts, gs)
+        if curvature == "ef":
+            c_sum = sum_sq_grads(model, acts, gs)
+        elif curvature == "ggn":
+            if method.likelihood == "gaussian":
+                tau = state["noise_prec"].reshape(-1, 1, 1, 1)
+                out = (f * tau.sqrt()).sum()
+            elif method.likelihood == "bernoulli":
+                p = torch.sigmoid(f.detach())
+                out = (f * (p * (1 - p)).sqrt()).sum()
+            else:
+                probs = torch.softmax(f.detach(), -1)
+                y_s = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
+                y_s = y_s.reshape(probs.shape[:-1])
+                out = -(torch.log_softmax(f, -1).gather(-1, y_s.unsqueeze(-1))).sum()
+            hs = torch.autograd.grad(out, zs)
+            c_sum = sum_sq_grads(model, acts, hs)
+        else:
+            raise ValueError(f"unknown curvature {curvature!r}; valid: ef, ggn")
+    return g_sum, c_sum, nll_i.mean(dim=(1, 2)).detach()
+
+
+def neg_elbo_estimate(state, nll, mean, prec):
+    """Minibatch estimate of the negative ELBO per data point, ``nll + KL(q || p) / N``."""
+    kl = kl_diag_gaussians(mean, 1.0 / prec, torch.zeros_like(mean), 1.0 / state["prior_prec"])
+    return nll + kl / state["n_data"].to(nll.dtype)

@@ -1,0 +1,79 @@
+"""Vadam and Vprop (Khan et al., ICML 2018, section 4; ``vadam/optimizers.py`` of the authors' code).
+
+Weight perturbation with the Adam/RMSprop second moment as the precision. With lambda the prior
+precision, lambda~ = lambda / N, and theta_s = mu + eps_s / sqrt(N s + lambda) (s without bias
+correction), g_s the gradient of the minibatch-mean negative log-likelihood at theta_s:
+
+Vadam:  m <- g1 m + (1 - g1)(mean_s g_s + lambda~ mu),   s <- g2 s + (1 - g2) mean_s g_s^2,
+        mu <- mu - alpha m_hat / (sqrt(s_hat) + lambda~),  m_hat = m / (1 - g1^t), s_hat = s / (1 - g2^t);
+Vprop:  s <- b s + (1 - b) mean_s g_s^2,   mu <- mu - alpha (mean_s g_s + lambda~ mu) / (sqrt(s) + lambda~).
+
+s starts at (prec_init - lambda) / N (the UCI code sets prec_init = lambda, so s_0 = 0). The
+posterior precision used for prediction is N s + lambda.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bnnbench.methods.base import Method, Problem, State, hyper_state
+from bnnbench.methods.natural import leaf_layers, neg_elbo_estimate, sample_gradients
+
+
+class Vadam(Method):
+    name = "vadam"
+    momentum = True
+
+    def init(self, problem: Problem, generator: torch.Generator) -> State:
+        R = problem.n_replicas
+        dev, dt = problem.prior_prec.device, problem.prior_prec.dtype
+        mean = self.model.init(R, generator, self.cfg.init_mean, device=dev, dtype=dt)
+        N = problem.n_data.to(dt)[:, None]
+        prec_init = problem.prior_prec if self.cfg.get("prec_init") is None else float(self.cfg.prec_init)
+        s = ((prec_init - problem.prior_prec) / N).clamp_min(0) * torch.ones_like(mean)
+        state = {**hyper_state(problem), "mean": mean, "s": s, "t": torch.zeros(R, dtype=torch.long, device=dev)}
+        if self.momentum:
+            state["m"] = torch.zeros_like(mean)
+        return state
+
+    def posterior_prec(self, state):
+        return state["n_data"].to(state["s"].dtype)[:, None] * state["s"] + state["prior_prec"]
+
+    def noise(self, state, batch, generator):
+        R, P = state["mean"].shape
+        return torch.randn(R, int(self.cfg.train_samples), P, generator=generator, device=state["mean"].device,
+                           dtype=state["mean"].dtype)
+
+    def step(self, state, batch, noise):
+        mean, s = state["mean"], state["s"]
+        prec = self.posterior_prec(state)
+        g, nll = sample_gradients(self, state, leaf_layers(self.model, mean, prec.rsqrt(), noise), batch)
+        g_bar, g2_bar = g.mean(1), (g * g).mean(1)
+        lam_t = state["prior_prec"] / state["n_data"].to(mean.dtype)[:, None]
+        t = state["t"] + 1
+        alpha = float(self.cfg.lr)
+        new = {**state, "t": t}
+        if self.momentum:
+            g1, g2 = (float(b) for b in self.cfg.betas)
+            m = g1 * state["m"] + (1 - g1) * (g_bar + lam_t * mean)
+            s = g2 * s + (1 - g2) * g2_bar
+            tt = t.to(mean.dtype)[:, None]
+            m_hat, s_hat = m / (1 - g1 ** tt), s / (1 - g2 ** tt)
+            new.update(m=m, s=s, mean=mean - alpha * m_hat / (s_hat.sqrt() + lam_t))
+        else:
+            beta = float(self.cfg.beta)
+            s = beta * s + (1 - beta) * g2_bar
+            new.update(s=s, mean=mean - alpha * (g_bar + lam_t * mean) / (s.sqrt() + lam_t))
+        return new, {"objective": neg_elbo_estimate(state, nll, mean, prec), "nll": nll}
+
+    def predict(self, state, x, n_samples, generator):
+        mean = state["mean"]
+        eps = torch.randn(mean.shape[0], n_samples, mean.shape[1], generator=generator, device=mean.device,
+                          dtype=mean.dtype)
+        std = self.posterior_prec(state).rsqrt()
+        return self._predictive(state, self.model.forward_layers(self.model.sampled_layers(mean, std, eps), x))
+
+
+class Vprop(Vadam):
+    name = "vprop"
+    momentum = False

@@ -1,0 +1,58 @@
+"""Variational Online Gauss-Newton (VOGN; Khan et al., ICML 2018, section 3 and the ``vadam``
+PyTorch code): mean-field q = N(mu, diag(1/P)), with per-example curvature.
+
+Each step, with theta_s = mu + eps_s / sqrt(P), s = 1..S, and a minibatch of M examples:
+
+    g_hat = N mean_s (1/M) sum_i grad loss_i(theta_s),   H_hat = N mean_s (1/M) sum_i c_i(theta_s),
+    P  <- beta P + (1 - beta) (H_hat + lambda),
+    mu <- mu - alpha (g_hat + lambda mu) / P,
+
+with c_i the squared per-example gradient (empirical Fisher, the code's choice) or the per-example
+Gauss-Newton diagonal (``curvature: ggn``). Minibatch size 1 is VOGN-1.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bnnbench.methods.base import Method, Problem, State, hyper_state
+from bnnbench.methods.natural import leaf_layers, neg_elbo_estimate, per_example_stats
+
+
+class VOGN(Method):
+    name = "vogn"
+
+    def init(self, problem: Problem, generator: torch.Generator) -> State:
+        R = problem.n_replicas
+        dev, dt = problem.prior_prec.device, problem.prior_prec.dtype
+        mean = self.model.init(R, generator, self.cfg.init_mean, device=dev, dtype=dt)
+        prec = torch.full_like(mean, float(self.cfg.prec_init)) if self.cfg.get("prec_init") is not None \
+            else problem.prior_prec.clone()
+        return {**hyper_state(problem), "mean": mean, "prec": prec,
+                "t": torch.zeros(R, dtype=torch.long, device=dev)}
+
+    def noise(self, state, batch, generator):
+        R, P = state["mean"].shape
+        return torch.randn(R, int(self.cfg.train_samples), P, generator=generator, device=state["mean"].device,
+                           dtype=state["mean"].dtype)
+
+    def step(self, state, batch, noise):
+        mean, prec, lam = state["mean"], state["prec"], state["prior_prec"]
+        layers = leaf_layers(self.model, mean, prec.rsqrt(), noise)
+        g_sum, c_sum, nll = per_example_stats(self, state, layers, batch, self.cfg.curvature)
+        N = state["n_data"].to(mean.dtype)[:, None]
+        M = batch.x.shape[1]
+        g_hat = N * g_sum.mean(1) / M
+        h_hat = N * c_sum.mean(1) / M
+        beta, alpha = float(self.cfg.beta), float(self.cfg.lr)
+        prec = beta * prec + (1 - beta) * (h_hat + lam)
+        new_mean = mean - alpha * (g_hat + lam * mean) / prec
+        obj = neg_elbo_estimate(state, nll, mean, state["prec"])
+        return {**state, "mean": new_mean, "prec": prec, "t": state["t"] + 1}, {"objective": obj, "nll": nll}
+
+    def predict(self, state, x, n_samples, generator):
+        mean = state["mean"]
+        eps = torch.randn(mean.shape[0], n_samples, mean.shape[1], generator=generator, device=mean.device,
+                          dtype=mean.dtype)
+        return self._predictive(state, self.model.forward_layers(
+            self.model.sampled_layers(mean, state["prec"].rsqrt(), eps), x))
