@@ -22,6 +22,10 @@ METHOD_CFGS = {
     "vogn_ggn": dict(lr=0.01, beta=0.9, train_samples=2, curvature="ggn", prec_init=None, init_mean="uniform_fan_in"),
     "vadam": dict(lr=0.01, betas=[0.9, 0.99], train_samples=2, prec_init=None, init_mean="uniform_fan_in"),
     "vprop": dict(lr=0.01, beta=0.99, train_samples=2, prec_init=None, init_mean="uniform_fan_in"),
+    "slang": dict(rank=2, lr=0.05, beta=0.1, decay_lr=0.5, decay_beta=0.0, momentum=0.9, train_samples=2,
+                  s_init=1.0, init_mean="uniform_fan_in", eig="gram", per_example="fast"),
+    "slang_rnd": dict(rank=2, lr=0.05, beta=0.1, decay_lr=0.0, decay_beta=0.0, momentum=0.0, train_samples=2,
+                      s_init=1.0, init_mean="uniform_fan_in", eig="randomized", n_iter=4, oversample=2),
     "mc_dropout": dict(lr=0.01, betas=[0.9, 0.999], eps=1e-8, length_scale=0.01, init_mean="uniform_fan_in"),
 }
 
@@ -39,7 +43,7 @@ def test_replica_update_equals_update_alone(name):
     g = torch.Generator().manual_seed(0)
     model = MLP([4, 6, 1])
     cfg = OmegaConf.create(METHOD_CFGS[name])
-    method = METHODS[name.replace("_lrt", "").replace("_ggn", "")](cfg, model, "gaussian")
+    method = METHODS[name.split("_")[0] if name.startswith(("bbb", "vogn", "slang")) else name](cfg, model, "gaussian")
     R = 3
     state = method.init(_problem(R, model, g), g)
     batch = Batch(x=torch.randn(R, 5, 4, generator=g, dtype=DT), y=torch.randn(R, 5, generator=g, dtype=DT),
@@ -49,12 +53,20 @@ def test_replica_update_equals_update_alone(name):
         new, stats = method.step(state, batch, noise)
         for r in range(R):
             alone_batch = Batch(batch.x[r:r + 1], batch.y[r:r + 1], batch.n_data[r:r + 1])
-            nz = [n[r:r + 1] for n in noise] if isinstance(noise, list) else (None if noise is None else noise[r:r + 1])
+            nz = _slice_noise(noise, r)
             alone, st = method.step(slice_state(state, r), alone_batch, nz)
             for k in new:
                 assert torch.allclose(new[k][r:r + 1], alone[k], rtol=1e-12, atol=1e-14), (name, k, r)
             assert torch.allclose(stats["objective"][r], st["objective"][0], rtol=1e-12)
         state = new
+
+
+def _slice_noise(noise, r):
+    if noise is None:
+        return None
+    if isinstance(noise, (list, tuple)):
+        return type(noise)(_slice_noise(n, r) for n in noise)
+    return noise[r:r + 1]
 
 
 def _toy(n=30, d=3, seed=0):

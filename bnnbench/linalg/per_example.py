@@ -62,3 +62,49 @@ def per_example_grads(model: MLP, loss_fn, theta: torch.Tensor, x: torch.Tensor,
         return loss_fn(f, yi).sum()  # f: the [d_out] output of example i
 
     return vmap(grad(single), in_dims=(None, 0, 0))(theta, x, y)
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """``[R, S, B, ...]`` -> ``[R, S*B, ...]`` (one column of G per (sample, example) pair)."""
+    return t.reshape(t.shape[0], t.shape[1] * t.shape[2], *t.shape[3:])
+
+
+def gradient_gram(acts, gs) -> torch.Tensor:
+    """``G^T G [R, n, n]`` of the per-example gradients without forming them: for a linear layer
+    ``<g_i, g_j> = (a_i . a_j + 1)(g_i . g_j)`` (weights and bias), summed over layers."""
+    out = 0
+    for a, g in zip(acts, gs):
+        a, g = _flat(a), _flat(g)
+        out = out + (a @ a.transpose(-1, -2) + 1) * (g @ g.transpose(-1, -2))
+    return out
+
+
+def gradient_t_times(model: MLP, acts, gs, V: torch.Tensor) -> torch.Tensor:
+    """``G^T V [R, n, k]`` for ``V [R, P, k]``: ``<g_i, v> = sum_o g_io (sum_j a_ij V_jo + Vb_o)``."""
+    out = 0
+    for (w, b, d_in, d_out), a, g in zip(model.slices, acts, gs):
+        a, g = _flat(a), _flat(g)
+        Vw = V[:, w].reshape(V.shape[0], d_in, d_out, V.shape[-1])
+        t = torch.einsum("rnj,rjok->rnok", a, Vw) + V[:, b].unsqueeze(1)
+        out = out + (t * g.unsqueeze(-1)).sum(-2)
+    return out
+
+
+def gradient_times(model: MLP, acts, gs, W: torch.Tensor) -> torch.Tensor:
+    """``G W [R, P, k]`` for ``W [R, n, k]``: ``sum_i W_ik a_i^T g_i`` per layer (and ``sum_i W_ik g_i``)."""
+    parts = []
+    for a, g in zip(acts, gs):
+        a, g = _flat(a), _flat(g)
+        parts.append(torch.einsum("rnj,rnk,rno->rjok", a, W, g).flatten(1, 2))
+        parts.append(torch.einsum("rnk,rno->rok", W, g))
+    return torch.cat(parts, dim=1)
+
+
+def materialise(model: MLP, acts, gs) -> torch.Tensor:
+    """Per-example gradients as columns, ``G [R, P, n]`` (reference path; O(P n) memory)."""
+    parts = []
+    for a, g in zip(acts, gs):
+        a, g = _flat(a), _flat(g)
+        parts.append((a.unsqueeze(-1) * g.unsqueeze(-2)).flatten(2).transpose(1, 2))
+        parts.append(g.transpose(1, 2))
+    return torch.cat(parts, dim=1)

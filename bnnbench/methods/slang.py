@@ -1,0 +1,142 @@
+"""SLANG (Mishkin et al., NeurIPS 2018, Algorithm 1; the authors' Python optimiser, protocols/slang.md 2).
+
+q(theta) = N(mu, (U U^T + diag d)^-1), U [P, L]. One step with S samples and a minibatch of M:
+
+1. theta_s = mu + fast_sample(U, d) (Algorithm 3);
+2. per-example NLL gradients g_{i,s}; g_hat = (N / MS) sum g_{i,s}; G_hat = (N / MS) sum g g^T (implicit);
+3. U <- top-L eigen-decomposition of (1 - beta) U U^T + beta G_hat (fast_eig), as U = V diag(sqrt(e));
+4. d <- (1 - beta) d + beta lambda + max(0, diag[(1 - beta) U_old U_old^T + beta G_hat] - diag[U U^T]) (eqs. 8-10);
+5. m <- rho m + (1 - rho) g_hat, m_hat = m / (1 - rho^t) (the code's momentum; rho = 0 is the paper's eq. 11);
+6. mu <- mu - alpha (U U^T + diag d)^-1 (m_hat + lambda * mu) (fast_inverse, Algorithm 2);
+
+with alpha_t = alpha_0 / (1 + t^kappa_alpha), beta_t = beta_0 / (1 + t^kappa_beta) (kappa = 0: constant).
+Note: the authors' config key ``beta`` is 1 - beta_0; here ``beta`` is the paper's beta.
+
+Step 3 is exact by default (``eig: gram``): (1 - beta) U U^T + beta G_hat = B B^T with
+B = [sqrt(1 - beta) U, sqrt(beta N / MS) G], whose top eigenpairs follow from the small Gram matrix
+B^T B = V diag(e) V^T as U = B V_L; G^T G comes from activations and back-propagated gradients
+(``gradient_gram``) and G is never formed. ``eig: randomized`` uses the paper's randomised
+``fast_eig`` on the same operator instead.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bnnbench.linalg.low_rank import fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag
+from bnnbench.linalg.per_example import (forward_cache, gradient_gram, gradient_t_times, gradient_times,
+                                         materialise, sum_grads, sum_sq_grads)
+from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
+
+
+def decayed(rate0: float, kappa: float, t: torch.Tensor) -> torch.Tensor:
+    if kappa == 0:
+        return torch.full(t.shape, rate0, dtype=torch.float64, device=t.device)
+    return rate0 / (1 + t.to(torch.float64) ** kappa)
+
+
+class SLANG(Method):
+    name = "slang"
+
+    def init(self, problem: Problem, generator: torch.Generator) -> State:
+        R, P = problem.prior_prec.shape
+        dev, dt = problem.prior_prec.device, problem.prior_prec.dtype
+        L = int(self.cfg.rank)
+        mean = self.model.init(R, generator, self.cfg.init_mean, device=dev, dtype=dt)
+        return {**hyper_state(problem), "mean": mean, "U": torch.zeros(R, P, L, device=dev, dtype=dt),
+                "d": torch.full_like(mean, float(self.cfg.s_init)), "m": torch.zeros_like(mean),
+                "t": torch.zeros(R, dtype=torch.long, device=dev)}
+
+    def noise(self, state, batch, generator):
+        R, P = state["mean"].shape
+        eps = torch.randn(R, int(self.cfg.train_samples), P, generator=generator, device=state["mean"].device,
+                          dtype=state["mean"].dtype)
+        if self.cfg.get("eig", "gram") == "randomized":
+            k = min(P, int(self.cfg.rank) + int(self.cfg.get("oversample", 2)))
+            return eps, torch.randn(R, P, k, generator=generator, device=eps.device, dtype=eps.dtype)
+        return eps, None
+
+    def sample(self, state, eps):
+        return state["mean"].unsqueeze(1) + fast_sample(state["U"], state["d"], eps)
+
+    def step(self, state, batch, noise):
+        eps, probes = noise
+        mean, U, d, lam = state["mean"], state["U"], state["d"], state["prior_prec"]
+        R, P, L = U.shape
+        t = state["t"] + 1
+        alpha = decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)[:, None]
+        beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)[:, None]
+
+        theta = self.sample(state, eps)
+        layers = [(W.detach().requires_grad_(True), b.detach().requires_grad_(True))
+                  for W, b in self.model.layers(theta)]
+        with torch.enable_grad():
+            f, acts, zs = forward_cache(self.model, layers, batch.x)
+            nll_i = -likelihood_of(state, self.likelihood).log_prob(f, batch.y)
+            gs = torch.autograd.grad(nll_i.sum(), zs)
+        acts = [a.detach() for a in acts]
+        S, M = eps.shape[1], batch.x.shape[1]
+        scale = state["n_data"].to(mean.dtype)[:, None] / (S * M)          # N / (MS)
+        g_hat = scale * sum_grads(self.model, acts, gs).sum(1)
+        diag_G = scale * sum_sq_grads(self.model, acts, gs).sum(1)
+
+        U_new = self.top_eig(U, acts, gs, beta, scale, probes)
+        old_diag = (1 - beta) * (U * U).sum(-1) + beta * diag_G
+        d_new = (1 - beta) * d + beta * lam + (old_diag - (U_new * U_new).sum(-1)).clamp_min(0)
+
+        rho = float(self.cfg.get("momentum", 0.0))
+        if rho > 0:
+            m = rho * state["m"] + (1 - rho) * g_hat
+            m_hat = m / (1 - rho ** t.to(mean.dtype))[:, None]
+        else:
+            m = m_hat = g_hat
+        new_mean = mean - alpha * fast_inverse(U_new, d_new, m_hat + lam * mean)
+        nll = nll_i.detach().mean(dim=(1, 2))
+        obj = nll + kl_low_rank_to_diag(mean, U, d, lam) / state["n_data"].to(mean.dtype)
+        return ({**state, "mean": new_mean, "U": U_new, "d": d_new, "m": m, "t": t},
+                {"objective": obj, "nll": nll})
+
+    def top_eig(self, U, acts, gs, beta, scale, probes):
+        """Top-L eigen-decomposition of (1 - beta) U U^T + beta G_hat, returned as V diag(sqrt(e))."""
+        R, P, L = U.shape
+        c = torch.sqrt(beta * scale)[:, :, None]                          # [R, 1, 1]
+        a_U = torch.sqrt(1 - beta)[:, :, None]
+        how = self.cfg.get("eig", "gram")
+        materialised = self.cfg.get("per_example", "fast") == "materialised"
+        if materialised:
+            G = materialise(self.model, acts, gs) * c                      # [R, P, n]
+
+        def Gt(V):
+            return G.transpose(1, 2) @ V if materialised else c * gradient_t_times(self.model, acts, gs, V)
+
+        def Gx(W):
+            return G @ W if materialised else c * gradient_times(self.model, acts, gs, W)
+
+        if how == "gram":
+            UU = a_U ** 2 * (U.transpose(1, 2) @ U)
+            UG = a_U * Gt(U).transpose(1, 2)                               # [R, L, n]
+            GG = G.transpose(1, 2) @ G if materialised else c ** 2 * gradient_gram(acts, gs)
+            BtB = torch.cat([torch.cat([UU, UG], 2), torch.cat([UG.transpose(1, 2), GG], 2)], 1)
+            e, V = torch.linalg.eigh(BtB)
+            e, V = e.flip(-1)[:, :L], V.flip(-1)[:, :, :L]
+            U_new = a_U * (U @ V[:, :L]) + Gx(V[:, L:])                   # B v_k, norm sqrt(e_k)
+            keep = (e > 1e-6).to(U.dtype)
+            if e.shape[-1] < L:  # fewer columns than the rank (tiny problems)
+                U_new = torch.cat([U_new, U_new.new_zeros(R, P, L - e.shape[-1])], -1)
+                keep = torch.cat([keep, keep.new_zeros(R, L - e.shape[-1])], -1)
+            return U_new * keep.unsqueeze(1)
+        if how != "randomized":
+            raise ValueError(f"unknown eig {how!r}; valid: gram, randomized")
+
+        def A(Y):
+            return a_U ** 2 * (U @ (U.transpose(1, 2) @ Y)) + Gx(Gt(Y))
+
+        e, V = fast_eig(A, probes, L, n_iter=int(self.cfg.get("n_iter", 4)))
+        e = torch.where(e > 1e-6, e, torch.zeros_like(e))
+        return V * e.sqrt().unsqueeze(1)
+
+    def predict(self, state, x, n_samples, generator):
+        mean = state["mean"]
+        eps = torch.randn(mean.shape[0], n_samples, mean.shape[1], generator=generator, device=mean.device,
+                          dtype=mean.dtype)
+        return self._predictive(state, self.model.forward(self.sample(state, eps), x))

@@ -1,0 +1,95 @@
+"""Low-rank-plus-diagonal operations against dense linear algebra."""
+
+import pytest
+import torch
+
+from bnnbench.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag,
+                                      logdet_precision, precision_diag_of_cov)
+from bnnbench.linalg.per_example import (forward_cache, gradient_gram, gradient_t_times, gradient_times,
+                                         materialise)
+from bnnbench.models import MLP
+
+DT = torch.float64
+
+
+def _ud(R=3, P=7, L=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(R, P, L, generator=g, dtype=DT), torch.rand(R, P, generator=g, dtype=DT) + 0.2, g
+
+
+def _dense(U, d):
+    return U @ U.transpose(-1, -2) + torch.diag_embed(d)
+
+
+def test_fast_inverse_matches_solve():
+    U, d, g = _ud()
+    v = torch.randn(3, 7, generator=g, dtype=DT)
+    assert torch.allclose(fast_inverse(U, d, v), torch.linalg.solve(_dense(U, d), v.unsqueeze(-1))[..., 0])
+    V = torch.randn(3, 7, 4, generator=g, dtype=DT)
+    assert torch.allclose(fast_inverse(U, d, V), torch.linalg.solve(_dense(U, d), V))
+
+
+@pytest.mark.parametrize("zero_U", [False, True])
+def test_fast_sample_has_the_exact_covariance(zero_U):
+    U, d, _ = _ud()
+    if zero_U:
+        U = torch.zeros_like(U)  # SLANG's initial state: mean field
+    I = torch.eye(7, dtype=DT).expand(3, 7, 7)
+    M = fast_sample(U, d, I).transpose(1, 2)  # z = M eps, so Cov z = M M^T
+    assert torch.allclose(M @ M.transpose(1, 2), torch.linalg.inv(_dense(U, d)))
+
+
+def test_fast_sample_empirical_covariance():
+    U, d, g = _ud(R=1)
+    z = fast_sample(U, d, torch.randn(1, 400000, 7, generator=g, dtype=DT))[0]
+    cov = torch.linalg.inv(_dense(U, d))[0]
+    assert torch.allclose(torch.cov(z.T), cov, atol=0.02 * cov.diagonal().max().item())
+
+
+def test_fast_eig_matches_eigh():
+    g = torch.Generator().manual_seed(1)
+    P, L = 40, 4
+    Q, _ = torch.linalg.qr(torch.randn(2, P, P, generator=g, dtype=DT))
+    spec = torch.cat([torch.tensor([50.0, 30.0, 20.0, 10.0], dtype=DT), 0.5 ** torch.arange(P - 4, dtype=DT)])
+    A = Q @ torch.diag_embed(spec.expand(2, P)) @ Q.transpose(1, 2)
+    e, V = fast_eig(lambda Y: A @ Y, torch.randn(2, P, L + 2, generator=g, dtype=DT), L, n_iter=6)
+    ref_e, ref_V = torch.linalg.eigh(A)
+    assert torch.allclose(e, ref_e.flip(-1)[:, :L], rtol=1e-6)
+    proj = (V.transpose(1, 2) @ ref_V.flip(-1)[:, :, :L]).abs()  # same subspace, vectors up to sign
+    assert torch.allclose(proj.diagonal(dim1=1, dim2=2), torch.ones(2, L, dtype=DT), atol=1e-6)
+
+
+def test_low_rank_kl_logdet_and_diag_against_dense():
+    U, d, g = _ud()
+    prec = _dense(U, d)
+    cov = torch.linalg.inv(prec)
+    assert torch.allclose(precision_diag_of_cov(U, d), cov.diagonal(dim1=1, dim2=2))
+    assert torch.allclose(logdet_precision(U, d), torch.logdet(prec))
+    mean = torch.randn(3, 7, generator=g, dtype=DT)
+    lam = torch.rand(3, 7, generator=g, dtype=DT) + 0.5
+    ref = torch.distributions.kl_divergence(
+        torch.distributions.MultivariateNormal(mean, precision_matrix=prec),
+        torch.distributions.MultivariateNormal(torch.zeros_like(mean), precision_matrix=torch.diag_embed(lam)))
+    assert torch.allclose(kl_low_rank_to_diag(mean, U, d, lam), ref)
+
+
+def test_implicit_gradient_products_match_materialised():
+    g = torch.Generator().manual_seed(2)
+    model = MLP([3, 5, 2])
+    theta = torch.randn(2, 3, model.n_params, generator=g, dtype=DT)
+    layers = [(W.detach().requires_grad_(True), b.detach().requires_grad_(True)) for W, b in model.layers(theta)]
+    x = torch.randn(2, 4, 3, generator=g, dtype=DT)
+    f, acts, zs = forward_cache(model, layers, x)
+    gs = torch.autograd.grad((f ** 2).sum() + f.sum(), zs)
+    G = materialise(model, acts, gs)  # [R, P, n]
+    assert G.shape == (2, model.n_params, 12)
+    # columns are the per-example gradients: check one against autograd on that example alone
+    th = theta[1, 2].clone().requires_grad_(True)
+    out = model.forward(th[None, None], x[1:2, 3:4])
+    (gi,) = torch.autograd.grad((out ** 2).sum() + out.sum(), th)
+    assert torch.allclose(G[1, :, 2 * 4 + 3], gi)
+    V = torch.randn(2, model.n_params, 3, generator=g, dtype=DT)
+    W = torch.randn(2, 12, 3, generator=g, dtype=DT)
+    assert torch.allclose(gradient_gram(acts, gs), G.transpose(1, 2) @ G)
+    assert torch.allclose(gradient_t_times(model, acts, gs, V), G.transpose(1, 2) @ V)
+    assert torch.allclose(gradient_times(model, acts, gs, W), G @ W)

@@ -1,0 +1,76 @@
+"""SLANG against the dense full-Gaussian empirical-Fisher natural-gradient update."""
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from bnnbench.linalg.per_example import per_example_grads
+from bnnbench.methods import METHODS, Batch, Problem
+from bnnbench.models import MLP
+
+DT = torch.float64
+
+
+def _setup(rank, eig, per_example="fast", momentum=0.9, S=2):
+    g = torch.Generator().manual_seed(0)
+    model = MLP([2, 3, 1])  # P = 13
+    cfg = dict(rank=rank, lr=0.1, beta=0.2, decay_lr=0.51, decay_beta=0.0, momentum=momentum, train_samples=S,
+               s_init=1.0, init_mean="uniform_fan_in", eig=eig, n_iter=4, oversample=2, per_example=per_example)
+    method = METHODS["slang"](OmegaConf.create(cfg), model, "gaussian")
+    N, tau, lam = 25, 2.0, 0.8
+    prob = Problem("gaussian", torch.tensor([N]), torch.full((1, model.n_params), lam, dtype=DT),
+                   noise_prec=torch.tensor([tau], dtype=DT), y_scale=torch.ones(1, dtype=DT))
+    state = method.init(prob, g)
+    x = torch.randn(1, 4, 2, generator=g, dtype=DT)
+    y = torch.randn(1, 4, generator=g, dtype=DT)
+    return model, method, state, Batch(x, y, torch.tensor([N])), g, (N, tau, lam)
+
+
+def _nll(tau):
+    import math
+    return lambda f, y: 0.5 * tau * (y - f[0]) ** 2 - 0.5 * math.log(tau) + 0.5 * math.log(2 * math.pi)
+
+
+@pytest.mark.parametrize("eig, per_example", [("gram", "fast"), ("gram", "materialised"), ("randomized", "fast")])
+def test_full_rank_slang_equals_full_gaussian_ef_update(eig, per_example):
+    model, method, state, batch, g, (N, tau, lam) = _setup(rank=13, eig=eig, per_example=per_example)
+    P = model.n_params
+    mean = state["mean"][0].clone()
+    prec = torch.diag(state["d"][0].clone())   # dense precision of q
+    m = torch.zeros(P, dtype=DT)
+    for t in range(1, 5):
+        noise = method.noise(state, batch, g)
+        theta = method.sample(state, noise[0])[0]          # the same samples for the reference
+        state, _ = method.step(state, batch, noise)
+        grads = torch.cat([per_example_grads(model, _nll(tau), theta[s], batch.x[0], batch.y[0])
+                           for s in range(theta.shape[0])])  # [S*M, P]
+        scale = N / grads.shape[0]
+        g_hat = scale * grads.sum(0)
+        G_hat = scale * grads.T @ grads
+        alpha = 0.1 / (1 + t ** 0.51)
+        prec = 0.8 * prec + 0.2 * (G_hat + lam * torch.eye(P, dtype=DT))
+        m = 0.9 * m + 0.1 * g_hat
+        mean = mean - alpha * torch.linalg.solve(prec, m / (1 - 0.9 ** t) + lam * mean)
+        U, d = state["U"][0], state["d"][0]
+        assert torch.allclose(U @ U.T + torch.diag(d), prec, rtol=1e-8, atol=1e-8)
+        assert torch.allclose(state["mean"][0], mean, rtol=1e-8, atol=1e-10)
+
+
+def test_low_rank_keeps_top_eigenvalues_and_the_exact_diagonal():
+    """With L < D the precision's diagonal is still exact (eqs. 8-10) and U U^T holds the top-L part."""
+    model, method, state, batch, g, (N, tau, lam) = _setup(rank=2, eig="gram", momentum=0.0)
+    P = model.n_params
+    prec = torch.diag(state["d"][0].clone())
+    for t in range(1, 4):
+        noise = method.noise(state, batch, g)
+        theta = method.sample(state, noise[0])[0]
+        U_old, d_old = state["U"][0], state["d"][0]
+        state, _ = method.step(state, batch, noise)
+        grads = torch.cat([per_example_grads(model, _nll(tau), theta[s], batch.x[0], batch.y[0]) for s in range(2)])
+        G_hat = N / grads.shape[0] * grads.T @ grads
+        target = 0.8 * U_old @ U_old.T + 0.2 * G_hat
+        U, d = state["U"][0], state["d"][0]
+        e = torch.linalg.eigvalsh(target).flip(0)
+        assert torch.allclose(torch.linalg.eigvalsh(U @ U.T).flip(0)[:2], e[:2], rtol=1e-8)
+        full_diag = 0.8 * d_old + 0.2 * lam + target.diagonal()
+        assert torch.allclose((U * U).sum(1) + d, full_diag, rtol=1e-8)
