@@ -1,7 +1,8 @@
 """Likelihoods p(y | f) evaluated for outputs ``f [R, S, B, d_out]`` and targets ``y [R, B]``.
 
 Each returns per-(replica, sample, example) log densities ``[R, S, B]``; parameters that vary by
-replica (the Gaussian noise precision) carry a leading ``[R]`` axis.
+replica (the Gaussian noise precision) carry a leading ``[R]`` axis. Targets are ``[R, B]`` (shared by
+the samples) or ``[R, S, B]`` (one per sample, e.g. targets drawn from the model for a Fisher).
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ import torch
 import torch.nn.functional as F
 
 LOG_2PI = math.log(2.0 * math.pi)
+
+
+def _per_sample(y: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """Targets broadcast against ``f[..., 0]`` of shape ``[R, S, B]``."""
+    return y if y.dim() == f.dim() - 1 else y.unsqueeze(1)
 
 
 class Gaussian:
@@ -25,7 +31,7 @@ class Gaussian:
     def log_prob(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         tau = self.noise_prec
         tau = tau.reshape(*tau.shape, *([1] * (3 - tau.dim())))
-        r = y.unsqueeze(1) - f[..., 0]
+        r = _per_sample(y, f) - f[..., 0]
         return 0.5 * torch.log(tau) - 0.5 * LOG_2PI - 0.5 * tau * r * r
 
 
@@ -36,7 +42,7 @@ class Bernoulli:
 
     def log_prob(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return -F.binary_cross_entropy_with_logits(
-            f[..., 0], y.unsqueeze(1).to(f.dtype).expand_as(f[..., 0]), reduction="none")
+            f[..., 0], _per_sample(y, f).to(f.dtype).expand_as(f[..., 0]), reduction="none")
 
 
 class Categorical:
@@ -46,5 +52,5 @@ class Categorical:
 
     def log_prob(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logp = torch.log_softmax(f, dim=-1)
-        idx = y.long().unsqueeze(1).expand(f.shape[:-1]).unsqueeze(-1)
+        idx = _per_sample(y.long(), f).expand(f.shape[:-1]).unsqueeze(-1)
         return logp.gather(-1, idx)[..., 0]

@@ -26,6 +26,12 @@ METHOD_CFGS = {
                   s_init=1.0, init_mean="uniform_fan_in", eig="gram", per_example="fast"),
     "slang_rnd": dict(rank=2, lr=0.05, beta=0.1, decay_lr=0.0, decay_beta=0.0, momentum=0.0, train_samples=2,
                       s_init=1.0, init_mean="uniform_fan_in", eig="randomized", n_iter=4, oversample=2),
+    "noisy_adam": dict(lr=0.01, betas=[0.9, 0.999], kl_weight=1.0, damping_ex=0.0, f_init=0.0, train_samples=2,
+                       init_mean="uniform_fan_in", learn_noise=True, noise_prior_shape=6.0, noise_prior_rate=6.0,
+                       noise_lr=0.001),
+    "noisy_kfac": dict(lr=0.01, beta=0.1, kl_weight=1.0, damping_ex=0.0, T_stats=1, T_inv=1, factor_init=1.0,
+                       train_samples=2, init_mean="uniform_fan_in", learn_noise=True, noise_prior_shape=6.0,
+                       noise_prior_rate=6.0, noise_lr=0.001),
     "mc_dropout": dict(lr=0.01, betas=[0.9, 0.999], eps=1e-8, length_scale=0.01, init_mean="uniform_fan_in"),
 }
 

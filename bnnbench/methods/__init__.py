@@ -11,10 +11,11 @@ from bnnbench.methods.bbb import BBB
 from bnnbench.methods.map import MAP
 from bnnbench.methods.mc_dropout import MCDropout
 from bnnbench.methods.vadam import Vadam, Vprop
+from bnnbench.methods.noisy import NoisyAdam, NoisyKFAC
 from bnnbench.methods.slang import SLANG
 from bnnbench.methods.vogn import VOGN
 
-METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout, VOGN, Vadam, Vprop, SLANG)}
+METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout, VOGN, Vadam, Vprop, SLANG, NoisyAdam, NoisyKFAC)}
 
 
 class UnknownMethodError(KeyError):

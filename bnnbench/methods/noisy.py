@@ -1,0 +1,279 @@
+"""Noisy natural gradient (Zhang, Sun, Duvenaud & Grosse, ICML 2018): noisy Adam (NNG-FFG,
+Algorithm 1) and noisy K-FAC (NNG-MVG, Algorithm 2).
+
+Prior N(0, eta I) (prior precision 1/eta), KL weight lambda, intrinsic damping
+gamma_in = lambda / (N eta), gamma = gamma_in + gamma_ex. The Fisher uses targets sampled from the
+model (the true Fisher, footnote to eq. 8), not the observed ones.
+
+Noisy Adam:  w ~ N(mu, (lambda/N) diag(f + gamma_in)^-1);  v = grad log p(y|x,w) - gamma_in w;
+             m <- b1 m + (1 - b1) v;  f <- b2 f + (1 - b2) (grad log p(y~|x,w))^2;
+             mu <- mu + alpha (m / (1 - b1^k)) / (f + gamma).
+Noisy K-FAC: per layer (homogeneous weights [W; b], inputs a with a 1 appended)
+             A <- (1 - b) A + b E[a a^T],  S <- (1 - b) S + b E[Ds Ds^T]  (every T_stats steps);
+             A^g = A + pi sqrt(g) I, S^g = S + sqrt(g) / pi I, pi^2 = (tr A / dim A) / (tr S / dim S) (eq. 13);
+             W ~ MN(M, (lambda/N) [A^g_in]^-1, [S^g_in]^-1);  M <- M + alpha [A^g]^-1 V [S^g]^-1,
+             V = grad_W log p(y|x,w) - gamma_in W;  inverses recomputed every T_inv steps.
+
+Regression with an unknown noise precision (the paper's UCI protocol, App. C.1): q(tau) = Gamma(a, b),
+prior Gamma(a0, b0); E_q[log N(y | f, 1/tau)] = (psi(a) - log b - (a/b)(y - f)^2 - log 2 pi) / 2
+(eq. 23); (log a, log b) follow Adam on -E_q[log p] + KL(q(tau) || p(tau)) / N.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from bnnbench.linalg.per_example import forward_cache
+from bnnbench.methods.base import Method, Predictive, Problem, State, adam, hyper_state, likelihood_of
+from bnnbench.methods.natural import flat_grads
+from bnnbench.metrics import kl_diag_gaussians
+
+LOG_2PI = math.log(2 * math.pi)
+
+
+def kl_gamma(a, b, a0, b0):
+    """KL(Gamma(a, b) || Gamma(a0, b0)), shape-rate parameterisation."""
+    return ((a - a0) * torch.digamma(a) - torch.lgamma(a) + math.lgamma(a0) + a0 * (torch.log(b) - math.log(b0))
+            + a * (b0 - b) / b)
+
+
+def _inv_chol_t(X: torch.Tensor) -> torch.Tensor:
+    """``C = L^-T`` with ``X = L L^T``, so that ``C C^T = X^-1``."""
+    L = torch.linalg.cholesky(X)
+    eye = torch.eye(X.shape[-1], dtype=X.dtype, device=X.device).expand_as(X)
+    return torch.linalg.solve_triangular(L, eye, upper=False).transpose(-1, -2)
+
+
+class _NoisyBase(Method):
+    """Shared: intrinsic damping, the learned Gamma noise posterior, sampled-target gradients."""
+
+    def _common_init(self, problem: Problem, mean):
+        R = problem.n_replicas
+        dev, dt = mean.device, mean.dtype
+        state = {**hyper_state(problem), "mean": mean, "t": torch.zeros(R, dtype=torch.long, device=dev)}
+        if self.likelihood == "gaussian" and self.cfg.get("learn_noise", True):
+            a0 = float(self.cfg.noise_prior_shape)
+            z = torch.full((R, 2), math.log(a0), device=dev, dtype=dt)
+            z[:, 1] = math.log(float(self.cfg.noise_prior_rate))
+            state.update(log_ab=z, m_ab=torch.zeros_like(z), v_ab=torch.zeros_like(z))
+            state["noise_prec"] = torch.exp(z[:, 0] - z[:, 1])  # E_q[tau] = a / b
+        return state
+
+    def gamma_in(self, state):
+        """lambda / (N eta) = kl_weight * prior_prec / N, per parameter ``[R, P]``."""
+        return float(self.cfg.kl_weight) * state["prior_prec"] / state["n_data"].to(state["mean"].dtype)[:, None]
+
+    def _noise_step(self, state, f, y):
+        """Adam step on (log a, log b) of q(tau); returns the updated entries."""
+        if "log_ab" not in state:
+            return {}
+        z = state["log_ab"].detach().requires_grad_(True)
+        with torch.enable_grad():
+            a, b = z[:, 0].exp(), z[:, 1].exp()
+            r2 = ((y.unsqueeze(1) - f.detach()[..., 0]) ** 2).mean(dim=(1, 2))
+            ell = 0.5 * (torch.digamma(a) - torch.log(b) - a / b * r2 - LOG_2PI)
+            kl = kl_gamma(a, b, float(self.cfg.noise_prior_shape), float(self.cfg.noise_prior_rate))
+            obj = -ell + kl / state["n_data"].to(a.dtype)
+            (gz,) = torch.autograd.grad(obj.sum(), [z])
+        t = state["t"] + 1
+        z_new, m, v = adam(state["log_ab"], gz, state["m_ab"], state["v_ab"], t, float(self.cfg.noise_lr))
+        return {"log_ab": z_new, "m_ab": m, "v_ab": v, "noise_prec": torch.exp(z_new[:, 0] - z_new[:, 1])}
+
+    def sampled_targets(self, state, f, generator_noise):
+        """y~ ~ p(y | x, w) for the true Fisher (Gaussian with E_q[tau], Bernoulli, categorical)."""
+        if self.likelihood == "gaussian":
+            return f[..., 0] + generator_noise * state["noise_prec"].rsqrt().reshape(-1, 1, 1)
+        if self.likelihood == "bernoulli":
+            return (generator_noise < torch.sigmoid(f[..., 0])).to(f.dtype)
+        return torch.argmax(torch.log_softmax(f, -1) - torch.log(-torch.log(generator_noise)), -1)
+
+    def _target_noise(self, shape, generator, dtype, device):
+        if self.likelihood == "gaussian":
+            return torch.randn(shape, generator=generator, dtype=dtype, device=device)
+        if self.likelihood == "bernoulli":
+            return torch.rand(shape, generator=generator, dtype=dtype, device=device)
+        return torch.rand(*shape, self.model.output_dim, generator=generator, dtype=dtype, device=device).clamp_min(1e-12)
+
+    def _log_lik_sum(self, state, f, y):
+        """sum over (sample, example) of log p(y | f) per replica, precision E_q[tau] for the Gaussian."""
+        return likelihood_of(state, self.likelihood).log_prob(f, y)
+
+    def predict(self, state, x, n_samples, generator):
+        f = self.model.forward_layers(self.sample_layers(state, n_samples, generator), x)
+        tau = state.get("noise_prec")
+        if "log_ab" in state:  # tau_s ~ q(tau) per sample, as the authors' evaluation
+            a, b = state["log_ab"][:, 0].exp(), state["log_ab"][:, 1].exp()
+            tau = torch.distributions.Gamma(a[:, None].expand(-1, n_samples), b[:, None].expand(-1, n_samples)).sample()
+        return Predictive(f=f, noise_prec=tau)
+
+
+class NoisyAdam(_NoisyBase):
+    name = "noisy_adam"
+
+    def init(self, problem: Problem, generator: torch.Generator) -> State:
+        mean = self.model.init(problem.n_replicas, generator, self.cfg.init_mean,
+                               device=problem.prior_prec.device, dtype=problem.prior_prec.dtype)
+        state = self._common_init(problem, mean)
+        state.update(m=torch.zeros_like(mean), f=torch.full_like(mean, float(self.cfg.f_init)))
+        return state
+
+    def std(self, state):
+        N = state["n_data"].to(state["mean"].dtype)[:, None]
+        return torch.sqrt(float(self.cfg.kl_weight) / N / (state["f"] + self.gamma_in(state)))
+
+    def noise(self, state, batch, generator):
+        R, P = state["mean"].shape
+        S, B = int(self.cfg.train_samples), batch.x.shape[1]
+        return (torch.randn(R, S, P, generator=generator, dtype=batch.x.dtype, device=batch.x.device),
+                self._target_noise((R, S, B), generator, batch.x.dtype, batch.x.device))
+
+    def sample_layers(self, state, n_samples, generator):
+        mean = state["mean"]
+        eps = torch.randn(mean.shape[0], n_samples, mean.shape[1], generator=generator, dtype=mean.dtype,
+                          device=mean.device)
+        return self.model.sampled_layers(mean, self.std(state), eps)
+
+    def step(self, state, batch, noise):
+        eps, y_noise = noise
+        mean, gin = state["mean"], self.gamma_in(state)
+        layers = [(W.detach().requires_grad_(True), b.detach().requires_grad_(True))
+                  for W, b in self.model.sampled_layers(mean, self.std(state), eps)]
+        params = [t for wb in layers for t in wb]
+        with torch.enable_grad():
+            f = self.model.forward_layers(layers, batch.x)
+            ll = self._log_lik_sum(state, f, batch.y).mean(-1)            # [R, S] minibatch-mean log-lik
+            g = flat_grads(torch.autograd.grad(ll.sum(), params, retain_graph=True))
+            ll_s = self._log_lik_sum(state, f, self.sampled_targets(state, f.detach(), y_noise)).mean(-1)
+            g_s = flat_grads(torch.autograd.grad(ll_s.sum(), params))
+        w = torch.cat([t.detach().flatten(2) for t in params], -1)        # the sampled weights [R, S, P]
+        v = (g - gin.unsqueeze(1) * w).mean(1)
+        b1, b2 = float(self.cfg.betas[0]), float(self.cfg.betas[1])
+        t = state["t"] + 1
+        m = b1 * state["m"] + (1 - b1) * v
+        fisher = b2 * state["f"] + (1 - b2) * (g_s * g_s).mean(1)
+        m_hat = m / (1 - b1 ** t.to(mean.dtype))[:, None]
+        new_mean = mean + float(self.cfg.lr) * m_hat / (fisher + gin + float(self.cfg.damping_ex))
+        new = {**state, "mean": new_mean, "m": m, "f": fisher, "t": t, **self._noise_step(state, f, batch.y)}
+        nll = -ll.detach().mean(1)
+        obj = nll + float(self.cfg.kl_weight) * kl_diag_gaussians(
+            mean, self.std(state) ** 2, torch.zeros_like(mean), 1 / state["prior_prec"]) / state["n_data"].to(mean.dtype)
+        return new, {"objective": obj, "nll": nll}
+
+
+class NoisyKFAC(_NoisyBase):
+    """Noisy K-FAC for fully connected layers; the state holds per layer the factors ``A_l``, ``S_l``,
+    the square-root factors of the posterior and the damped inverses of the mean update."""
+
+    name = "noisy_kfac"
+
+    def init(self, problem: Problem, generator: torch.Generator) -> State:
+        mean = self.model.init(problem.n_replicas, generator, self.cfg.init_mean,
+                               device=problem.prior_prec.device, dtype=problem.prior_prec.dtype)
+        state = self._common_init(problem, mean)
+        R = problem.n_replicas
+        for l, (_, _, d_in, d_out) in enumerate(self.model.slices):
+            eye_a = torch.eye(d_in + 1, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
+            eye_s = torch.eye(d_out, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
+            state[f"A{l}"] = eye_a * float(self.cfg.factor_init)
+            state[f"S{l}"] = eye_s * float(self.cfg.factor_init)
+        return self._refresh(state, covariance=True, inverses=True)
+
+    # homogeneous weights [d_in + 1, d_out] <-> the flat layout [W (d_in x d_out), b]
+    def _hom(self, theta, l):
+        w, b, d_in, d_out = self.model.slices[l]
+        return torch.cat([theta[..., w].reshape(*theta.shape[:-1], d_in, d_out), theta[..., b].unsqueeze(-2)], -2)
+
+    def _flat(self, hom_list):
+        return torch.cat([torch.cat([h[..., :-1, :].flatten(-2), h[..., -1, :]], -1) for h in hom_list], -1)
+
+    def _damped(self, state, l, gamma):
+        """A^gamma, S^gamma of eq. 13 with pi^2 = (tr A / dim A) / (tr S / dim S)."""
+        A, S = state[f"A{l}"], state[f"S{l}"]
+        trA = A.diagonal(dim1=-2, dim2=-1).mean(-1)
+        trS = S.diagonal(dim1=-2, dim2=-1).mean(-1)
+        pi = torch.sqrt(trA / trS).clamp(1e-8, 1e8)[:, None, None]
+        g = gamma.sqrt()[:, None, None]
+        I_A = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+        I_S = torch.eye(S.shape[-1], dtype=S.dtype, device=S.device)
+        return A + pi * g * I_A, S + g / pi * I_S
+
+    def _gammas(self, state):
+        N = state["n_data"].to(state["mean"].dtype)
+        lam = state["prior_prec"][:, 0]  # one prior precision 1/eta for all parameters (the paper's prior)
+        g_in = float(self.cfg.kl_weight) * lam / N
+        return g_in, g_in + float(self.cfg.damping_ex)
+
+    def _refresh(self, state, covariance: bool, inverses: bool):
+        state = dict(state)
+        g_in, g = self._gammas(state)
+        N = state["n_data"].to(state["mean"].dtype)
+        for l in range(len(self.model.slices)):
+            if covariance:  # square roots of (lambda/N) [A^g_in]^-1 and [S^g_in]^-1: C = chol(X)^-T (unique)
+                A, S = self._damped(state, l, g_in)
+                state[f"cA{l}"] = _inv_chol_t(A) * torch.sqrt(float(self.cfg.kl_weight) / N)[:, None, None]
+                state[f"cS{l}"] = _inv_chol_t(S)
+            if inverses:
+                A, S = self._damped(state, l, g)
+                state[f"iA{l}"] = torch.linalg.inv(A)
+                state[f"iS{l}"] = torch.linalg.inv(S)
+        return state
+
+    def noise(self, state, batch, generator):
+        R, S_, B = state["mean"].shape[0], int(self.cfg.train_samples), batch.x.shape[1]
+        eps = [torch.randn(R, S_, d_in + 1, d_out, generator=generator, dtype=batch.x.dtype, device=batch.x.device)
+               for _, _, d_in, d_out in self.model.slices]
+        return eps, self._target_noise((R, S_, B), generator, batch.x.dtype, batch.x.device)
+
+    def _sample_hom(self, state, eps):
+        """W_l = M_l + cA_l E cS_l^T, so Cov vec(W_l) = (lambda/N)[A^g_in]^-1 (x) [S^g_in]^-1."""
+        out = []
+        for l in range(len(self.model.slices)):
+            M = self._hom(state["mean"], l).unsqueeze(1)
+            out.append(M + state[f"cA{l}"].unsqueeze(1) @ eps[l] @ state[f"cS{l}"].transpose(-1, -2).unsqueeze(1))
+        return out
+
+    def _layers_from_hom(self, hom):
+        return [(h[..., :-1, :], h[..., -1, :]) for h in hom]
+
+    def sample_layers(self, state, n_samples, generator):
+        R = state["mean"].shape[0]
+        eps = [torch.randn(R, n_samples, d_in + 1, d_out, generator=generator, dtype=state["mean"].dtype,
+                           device=state["mean"].device) for _, _, d_in, d_out in self.model.slices]
+        return self._layers_from_hom(self._sample_hom(state, eps))
+
+    def step(self, state, batch, noise):
+        eps, y_noise = noise
+        t = state["t"] + 1
+        k = int(t[0])
+        hom = [h.detach().requires_grad_(True) for h in self._sample_hom(state, eps)]
+        layers = self._layers_from_hom(hom)
+        with torch.enable_grad():
+            f, acts, zs = forward_cache(self.model, layers, batch.x)
+            ll = self._log_lik_sum(state, f, batch.y).mean(-1)             # [R, S]
+            grads = torch.autograd.grad(ll.sum(), hom, retain_graph=True)
+            ll_s = self._log_lik_sum(state, f, self.sampled_targets(state, f.detach(), y_noise))
+            ds = torch.autograd.grad(ll_s.sum(), zs)                        # per-example Ds (sampled targets)
+        new = dict(state)
+        T_stats, T_inv = int(self.cfg.T_stats), int(self.cfg.T_inv)
+        if k % T_stats == 0:
+            beta = float(self.cfg.beta)
+            for l, (a, d) in enumerate(zip(acts, ds)):
+                a1 = torch.cat([a.detach(), torch.ones_like(a[..., :1])], -1)
+                n = a1.shape[1] * a1.shape[2]
+                A_b = torch.einsum("rsbi,rsbj->rij", a1, a1) / n
+                S_b = torch.einsum("rsbi,rsbj->rij", d, d) / n
+                new[f"A{l}"] = (1 - beta) * state[f"A{l}"] + beta * A_b
+                new[f"S{l}"] = (1 - beta) * state[f"S{l}"] + beta * S_b
+        g_in, _ = self._gammas(state)
+        steps = []
+        for l, (W, G) in enumerate(zip(hom, grads)):
+            V = (G - g_in[:, None, None, None] * W.detach()).mean(1)     # [R, d_in + 1, d_out]
+            steps.append(state[f"iA{l}"] @ V @ state[f"iS{l}"])
+        new["mean"] = state["mean"] + float(self.cfg.lr) * self._flat(steps)
+        new["t"] = t
+        new.update(self._noise_step(state, f, batch.y))
+        new = self._refresh(new, covariance=k % T_stats == 0, inverses=k % T_inv == 0)
+        nll = -ll.detach().mean(1)
+        return new, {"objective": nll, "nll": nll}
