@@ -179,11 +179,13 @@ def _finite_state(state: State) -> torch.Tensor:
 
 def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch_size: int,
           eval_samples: int, generator: torch.Generator, task: str, eval_every: int | None = None,
-          stop_on_divergence: bool = True, progress: bool = False, desc: str = "") -> TrainResult:
+          stop_on_divergence: bool = True, progress: bool = False, desc: str = "",
+          lr_drop: dict | None = None) -> TrainResult:
     """Run ``epochs`` passes of ``method.update`` over every replica at once.
 
     Evaluates every ``eval_every`` epochs (and at the end), recording the evaluation metrics and the
-    mean training objective of the epoch. A replica whose objective or state becomes non-finite is
+    mean training objective of the epoch. ``lr_drop = {"at": a, "factor": f}`` multiplies the
+    method's step sizes by f from epoch ``a * epochs`` on (``method.lr_scale``). A replica whose objective or state becomes non-finite is
     marked diverged; with ``stop_on_divergence`` training stops with ``DivergenceError`` naming
     the replicas and the epoch.
     """
@@ -193,7 +195,10 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     steps = 0
     t0 = time.perf_counter()
     bar = tqdm(range(epochs), desc=desc or method.name, disable=None if progress else True, leave=False)
+    method.lr_scale = 1.0
     for epoch in bar:
+        if lr_drop and epoch >= float(lr_drop["at"]) * epochs:
+            method.lr_scale = float(lr_drop["factor"])
         obj_sum = torch.zeros(R, device=data.data_index.device, dtype=data.x_train.dtype)
         n_batches = 0
         for rows in epoch_batches(data, batch_size, generator):

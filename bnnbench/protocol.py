@@ -47,6 +47,8 @@ class RunSpec:
     fixed: dict = field(default_factory=dict)   # hyper-parameter values used without selection
     hpo: dict = field(default_factory=dict)
     splits: object = "all"
+    split_scheme: dict | None = None  # {"kind": "random", ...}: the protocol's own splits instead of the data set's
+    lr_drop: dict | None = None       # {"at": fraction of the epochs, "factor": f}: step sizes x f from then on
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -137,7 +139,8 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
 
     hpo = OmegaConf.to_container(cfg.hpo, resolve=True)
     hpo_chosen = any(o.split("=", 1)[0].lstrip("+~") == "hpo" for o in overrides)
-    for k, v in (OmegaConf.to_container(proto.get("hpo") or {}, resolve=True)).items():
+    proto_hpo = OmegaConf.to_container(proto.hpo, resolve=True) if proto.get("hpo") else {}
+    for k, v in proto_hpo.items():
         if k == "default_kind":
             if not hpo_chosen and v != hpo["kind"]:
                 raise ConfigError(f"protocol {proto.name!r} selects hyper-parameters with hpo={v}; "
@@ -156,6 +159,9 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
                    normalize_x=bool(proto.get("normalize_x", True)), normalize_y=bool(proto.get("normalize_y", True)),
                    noise_prec_units=proto.get("noise_prec_units", "normalised"),
                    bias_prior_prec=proto.get("bias_prior_prec"), loglik=proto.get("loglik", "joint"),
-                   space=space, fixed=fixed, hpo=hpo, splits=OmegaConf.to_container(proto.splits)
+                   space=space, fixed=fixed, hpo=hpo,
+                   split_scheme=OmegaConf.to_container(proto.split_scheme) if proto.get("split_scheme") else None,
+                   lr_drop=OmegaConf.to_container(proto.lr_drop) if proto.get("lr_drop") else None,
+                   splits=OmegaConf.to_container(proto.splits)
                    if isinstance(proto.get("splits"), DictConfig) or OmegaConf.is_list(proto.get("splits"))
                    else proto.get("splits", "all"))

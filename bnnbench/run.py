@@ -32,8 +32,24 @@ def _log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def select_splits(ds, which) -> list:
+def random_splits(ds, n_splits: int, test_fraction: float, seed: int) -> list:
+    """Seeded random train/test splits (the noisy-NG paper's own 90/10 scheme): split k permutes the
+    rows with ``numpy.random.default_rng(seed + k)`` and holds out the first ``round(test_fraction N)``."""
+    from bnnbench.data import Split
+    N = len(ds.y)
+    n_test = int(round(test_fraction * N))
+    out = []
+    for k in range(n_splits):
+        perm = np.random.default_rng(seed + k).permutation(N)
+        out.append(Split(name=f"r{k}", train=np.sort(perm[n_test:]), test=np.sort(perm[:n_test])))
+    return out
+
+
+def select_splits(ds, which, scheme: dict | None = None) -> list:
     splits = list(ds.splits)
+    if scheme and scheme.get("kind") == "random":
+        n = int(scheme.get("n_splits_by_dataset", {}).get(ds.name.split("/")[-1], scheme.get("n_splits", 20)))
+        splits = random_splits(ds, n, float(scheme.get("test_fraction", 0.1)), int(scheme.get("seed", 0)))
     if which in (None, "all"):
         return splits
     if isinstance(which, int):
@@ -101,7 +117,7 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, *, device, dty
     model = MLP([int(np.prod(ds.X.shape[1:])), *spec.model_hidden, out_dim], spec.activation)
     method = method_class(spec.method.name)(spec.method, model, spec.likelihood)
     state = method.init(make_problem(spec, model, data, hparams), generator)
-    return train(method, state, data, epochs=spec.epochs, batch_size=spec.batch_size,
+    return train(method, state, data, epochs=spec.epochs, batch_size=spec.batch_size, lr_drop=spec.lr_drop,
                  eval_samples=eval_samples or spec.eval_samples, generator=generator, task=spec.task,
                  eval_every=eval_every, stop_on_divergence=stop_on_divergence, progress=progress, desc=desc)
 
@@ -201,7 +217,7 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
     device = device_of(cfg)
     dtype = {"float32": torch.float32, "float64": torch.float64}[cfg.get("dtype", "float32")]
     torch.manual_seed(int(cfg.seed))
-    splits = select_splits(ds, spec.splits)
+    splits = select_splits(ds, spec.splits, spec.split_scheme)
     resolved = {"method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
                 "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
                 "dtype": cfg.get("dtype", "float32")}

@@ -73,6 +73,7 @@ class Method:
     """Base class: subclasses define ``init``, ``noise``, ``step`` and ``predict``."""
 
     name = "method"
+    lr_scale = 1.0  # set by the engine's learning-rate schedule
 
     def __init__(self, cfg, model, likelihood: str):
         self.cfg = cfg

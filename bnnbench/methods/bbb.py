@@ -66,7 +66,7 @@ class BBB(Method):
             obj, nll, kl = self.objective(state, mean, rho, batch, noise)
             g_mean, g_rho = torch.autograd.grad(obj.sum(), [mean, rho])
         t = state["t"] + 1
-        lr, betas, eps = float(self.cfg.lr), tuple(self.cfg.betas), float(self.cfg.eps)
+        lr, betas, eps = float(self.cfg.lr) * self.lr_scale, tuple(self.cfg.betas), float(self.cfg.eps)
         new_mean, m_mean, v_mean = adam(state["mean"], g_mean, state["m_mean"], state["v_mean"], t, lr, betas, eps)
         new_rho, m_rho, v_rho = adam(state["rho"], g_rho, state["m_rho"], state["v_rho"], t, lr, betas, eps)
         new = {**state, "mean": new_mean, "rho": new_rho, "m_mean": m_mean, "v_mean": v_mean,

@@ -33,7 +33,7 @@ class MAP(Method):
             obj = nll + reg
             (g,) = torch.autograd.grad(obj.sum(), [theta])
         t = state["t"] + 1
-        new_theta, m, v = adam(state["theta"], g, state["m"], state["v"], t, float(self.cfg.lr),
+        new_theta, m, v = adam(state["theta"], g, state["m"], state["v"], t, float(self.cfg.lr) * self.lr_scale,
                                tuple(self.cfg.betas), float(self.cfg.eps))
         return {**state, "theta": new_theta, "m": m, "v": v, "t": t}, {"objective": obj.detach(), "nll": nll.detach()}
 

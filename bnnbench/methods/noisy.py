@@ -78,7 +78,7 @@ class _NoisyBase(Method):
             obj = -ell + kl / state["n_data"].to(a.dtype)
             (gz,) = torch.autograd.grad(obj.sum(), [z])
         t = state["t"] + 1
-        z_new, m, v = adam(state["log_ab"], gz, state["m_ab"], state["v_ab"], t, float(self.cfg.noise_lr))
+        z_new, m, v = adam(state["log_ab"], gz, state["m_ab"], state["v_ab"], t, float(self.cfg.noise_lr) * self.lr_scale)
         return {"log_ab": z_new, "m_ab": m, "v_ab": v, "noise_prec": torch.exp(z_new[:, 0] - z_new[:, 1])}
 
     def sampled_targets(self, state, f, generator_noise):
@@ -116,7 +116,13 @@ class NoisyAdam(_NoisyBase):
         mean = self.model.init(problem.n_replicas, generator, self.cfg.init_mean,
                                device=problem.prior_prec.device, dtype=problem.prior_prec.dtype)
         state = self._common_init(problem, mean)
-        state.update(m=torch.zeros_like(mean), f=torch.full_like(mean, float(self.cfg.f_init)))
+        if self.cfg.get("init_std") is not None:  # f + gamma_in = lambda / (N sigma_0^2): the code's sigma_0 = 1e-5
+            N = problem.n_data.to(mean.dtype)[:, None]
+            f0 = float(self.cfg.kl_weight) / (N * float(self.cfg.init_std) ** 2) - self.gamma_in(state)
+            f0 = f0.clamp_min(0).expand_as(mean).clone()
+        else:
+            f0 = torch.full_like(mean, float(self.cfg.f_init))
+        state.update(m=torch.zeros_like(mean), f=f0)
         return state
 
     def std(self, state):
@@ -149,12 +155,12 @@ class NoisyAdam(_NoisyBase):
             g_s = flat_grads(torch.autograd.grad(ll_s.sum(), params))
         w = torch.cat([t.detach().flatten(2) for t in params], -1)        # the sampled weights [R, S, P]
         v = (g - gin.unsqueeze(1) * w).mean(1)
-        b1, b2 = float(self.cfg.betas[0]), float(self.cfg.betas[1])
+        b1, b2 = float(self.cfg.betas[0]), 1 - (1 - float(self.cfg.betas[1])) * self.lr_scale
         t = state["t"] + 1
         m = b1 * state["m"] + (1 - b1) * v
         fisher = b2 * state["f"] + (1 - b2) * (g_s * g_s).mean(1)
         m_hat = m / (1 - b1 ** t.to(mean.dtype))[:, None]
-        new_mean = mean + float(self.cfg.lr) * m_hat / (fisher + gin + float(self.cfg.damping_ex))
+        new_mean = mean + float(self.cfg.lr) * self.lr_scale * m_hat / (fisher + gin + float(self.cfg.damping_ex))
         new = {**state, "mean": new_mean, "m": m, "f": fisher, "t": t, **self._noise_step(state, f, batch.y)}
         nll = -ll.detach().mean(1)
         obj = nll + float(self.cfg.kl_weight) * kl_diag_gaussians(
@@ -258,7 +264,7 @@ class NoisyKFAC(_NoisyBase):
         new = dict(state)
         T_stats, T_inv = int(self.cfg.T_stats), int(self.cfg.T_inv)
         if k % T_stats == 0:
-            beta = float(self.cfg.beta)
+            beta = float(self.cfg.beta) * self.lr_scale
             for l, (a, d) in enumerate(zip(acts, ds)):
                 a1 = torch.cat([a.detach(), torch.ones_like(a[..., :1])], -1)
                 n = a1.shape[1] * a1.shape[2]
@@ -271,7 +277,7 @@ class NoisyKFAC(_NoisyBase):
         for l, (W, G) in enumerate(zip(hom, grads)):
             V = (G - g_in[:, None, None, None] * W.detach()).mean(1)     # [R, d_in + 1, d_out]
             steps.append(state[f"iA{l}"] @ V @ state[f"iS{l}"])
-        new["mean"] = state["mean"] + float(self.cfg.lr) * self._flat(steps)
+        new["mean"] = state["mean"] + float(self.cfg.lr) * self.lr_scale * self._flat(steps)
         new["t"] = t
         new.update(self._noise_step(state, f, batch.y))
         new = self._refresh(new, covariance=k % T_stats == 0, inverses=k % T_inv == 0)

@@ -51,7 +51,7 @@ class Vadam(Method):
         g_bar, g2_bar = g.mean(1), (g * g).mean(1)
         lam_t = state["prior_prec"] / state["n_data"].to(mean.dtype)[:, None]
         t = state["t"] + 1
-        alpha = float(self.cfg.lr)
+        alpha = float(self.cfg.lr) * self.lr_scale
         new = {**state, "t": t}
         if self.momentum:
             g1, g2 = (float(b) for b in self.cfg.betas)

@@ -44,7 +44,7 @@ class VOGN(Method):
         M = batch.x.shape[1]
         g_hat = N * g_sum.mean(1) / M
         h_hat = N * c_sum.mean(1) / M
-        beta, alpha = float(self.cfg.beta), float(self.cfg.lr)
+        beta, alpha = float(self.cfg.beta), float(self.cfg.lr) * self.lr_scale
         prec = beta * prec + (1 - beta) * (h_hat + lam)
         new_mean = mean - alpha * (g_hat + lam * mean) / prec
         obj = neg_elbo_estimate(state, nll, mean, state["prec"])
