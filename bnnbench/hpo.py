@@ -22,10 +22,9 @@ from scipy.optimize import minimize
 from scipy.stats import norm
 
 
-def grid_points(bounds: np.ndarray, n_per_dim: int) -> np.ndarray:
-    """Cartesian grid with ``n_per_dim`` evenly spaced points per dimension of ``bounds [d, 2]``."""
-    axes = [np.linspace(lo, hi, n_per_dim) for lo, hi in bounds]
-    return np.array(list(itertools.product(*axes)))
+def grid_points(axes: list) -> np.ndarray:
+    """All combinations ``[n_1 * ... * n_d, d]`` of the values on each axis (first axis slowest)."""
+    return np.array(list(itertools.product(*axes)), dtype=float)
 
 
 def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float, xi: float = 0.0) -> np.ndarray:

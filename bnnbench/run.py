@@ -159,7 +159,7 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
                   eval_samples=hpo.get("eval_samples"), progress=progress, desc=f"hpo {C} cand")
         score = res.final[metric].reshape(n_s, n_f, C)
         score = torch.where(torch.isfinite(score), score, torch.full_like(score, failed))
-        score = torch.where(res.diverged.reshape(n_s, n_f, C), torch.full_like(score, failed), score)
+        score = torch.where(res.diverged.cpu().reshape(n_s, n_f, C), torch.full_like(score, failed), score)
         mean = score.mean(1).numpy()
         for i in range(n_s):
             for c in range(C):
@@ -167,12 +167,9 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
         return mean, res.wall_time_s
 
     if hpo["kind"] == "grid":
-        per_dim = []
-        for n in names:
-            sp = spec.space[n]
-            per_dim.append(np.linspace(*sp["log_range"], int(hpo.get("grid_points", 5))) if "log_range" in sp
-                           else np.asarray(sp["values"], dtype=float))
-        grid = np.array(np.meshgrid(*per_dim, indexing="ij")).reshape(len(names), -1).T
+        axes = [np.linspace(*spec.space[n]["log_range"], int(hpo.get("grid_points", 5)))
+                if "log_range" in spec.space[n] else spec.space[n]["values"] for n in names]
+        grid = grid_points(axes)
         mean, wall = evaluate([grid] * n_s)
         log(f"grid search: {len(grid)} candidates x {n_f} folds x {n_s} splits in {wall:.1f}s")
         best = mean.argmax(1)

@@ -155,3 +155,11 @@ def test_list(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "uci/boston" in out and "bbb" in out and "slang_table2" in out and "vadam_uci" in out
+
+
+def test_grid_selection_is_recorded(tmp_path):
+    rec = _run(tmp_path, "hpo=grid", "hpo.grid_points=2", "hpo.folds=2", "protocol.epochs=1")
+    for h, trace in zip(rec["hparams"], rec["hpo_trace"]):
+        assert len(trace) == 4  # 2 x 2 grid over (log noise precision, log prior precision)
+        best = max(trace, key=lambda t: t["score"])
+        assert h["noise_prec"] == pytest.approx(best["noise_prec"]) and h["prior_prec"] == pytest.approx(best["prior_prec"])

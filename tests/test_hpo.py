@@ -55,8 +55,9 @@ def test_kfold_positions_cover_and_are_disjoint():
 
 
 def test_grid_points():
-    g = grid_points(np.array([[0.0, 1.0], [2.0, 4.0]]), 3)
-    assert g.shape == (9, 2) and {tuple(r) for r in g} >= {(0.0, 2.0), (1.0, 4.0), (0.5, 3.0)}
+    g = grid_points([np.linspace(0, 1, 3), [2.0, 4.0]])
+    assert g.shape == (6, 2)
+    assert {tuple(r) for r in g} == {(a, b) for a in (0.0, 0.5, 1.0) for b in (2.0, 4.0)}
 
 
 def test_length_scales_are_refitted_like_bayes_opt():

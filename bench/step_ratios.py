@@ -1,0 +1,103 @@
+"""Step time of each method relative to an Adam step on the same model, measured in one run.
+
+* MNIST scale: MLP 784-400-400-10, minibatch M = 200, categorical likelihood, one replica, one MC
+  sample per step for every method (a step of S samples costs about S times more for all of them).
+* UCI scale: MLP 13-50-1, minibatch 10, 20 replicas (Boston's splits), Gaussian likelihood, each
+  method relative to the batched BBB step with the same number of samples.
+* SLANG's fast path (Gram matrix from activations and back-propagated gradients) against the
+  materialised per-example gradients, at MNIST scale.
+
+    python bench/step_ratios.py [--steps 20] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from omegaconf import OmegaConf
+
+from bnnbench.methods import METHODS, Batch, Problem
+from bnnbench.models import MLP
+
+CFG = {
+    "map": dict(lr=1e-3, betas=[0.9, 0.999], eps=1e-8, init_mean="uniform_fan_in"),
+    "bbb": dict(lr=1e-3, betas=[0.9, 0.999], eps=1e-8, train_samples=1, local_reparam=False,
+                init_mean="uniform_fan_in", init_std=None, init_rho=None, init_prec=10.0),
+    "vogn": dict(lr=1e-3, beta=0.999, train_samples=1, curvature="ef", prec_init=None, init_mean="uniform_fan_in"),
+    "vadam": dict(lr=1e-3, betas=[0.9, 0.999], train_samples=1, prec_init=None, init_mean="uniform_fan_in"),
+    "slang": dict(rank=8, lr=0.1, beta=0.1, decay_lr=0.6, decay_beta=0.6, momentum=0.9, train_samples=1, s_init=1.0,
+                  init_mean="uniform_fan_in", eig="gram", per_example="fast"),
+    "noisy_adam": dict(lr=1e-3, betas=[0.9, 0.999], kl_weight=1.0, damping_ex=0.0, f_init=1.0, init_std=None,
+                       train_samples=1, init_mean="uniform_fan_in", learn_noise=False),
+    "noisy_kfac": dict(lr=1e-3, beta=0.01, kl_weight=1.0, damping_ex=1e-3, T_stats=10, T_inv=200, factor_init=1.0,
+                       train_samples=1, init_mean="uniform_fan_in", learn_noise=False),
+}
+
+
+def time_steps(name, cfg, sizes, lik, R, M, steps, device, warm=3):
+    torch.manual_seed(0)
+    model = MLP(sizes)
+    method = METHODS[name](OmegaConf.create(cfg), model, lik)
+    N = 50000
+    prob = Problem(lik, torch.full((R,), N, device=device), torch.ones(R, model.n_params, device=device),
+                   noise_prec=torch.ones(R, device=device) if lik == "gaussian" else None,
+                   y_scale=torch.ones(R, device=device) if lik == "gaussian" else None)
+    g = torch.Generator(device=device).manual_seed(0)
+    state = method.init(prob, g)
+    x = torch.randn(R, M, sizes[0], device=device)
+    y = torch.randint(0, sizes[-1], (R, M), device=device) if lik == "categorical" else torch.randn(R, M, device=device)
+    batch = Batch(x, y, torch.full((R,), N, device=device))
+    for _ in range(warm):
+        state, _ = method.update(state, batch, g)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(steps):
+        state, _ = method.update(state, batch, g)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t) / steps * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {dev}")
+
+    print("\nMNIST scale (784-400-400-10, M = 200, 1 sample): ms per step, ratio to Adam  [target]")
+    mn = dict(sizes=[784, 400, 400, 10], lik="categorical", R=1, M=200, steps=args.steps, device=dev)
+    base = time_steps("map", CFG["map"], **mn)
+    print(f"  {'Adam (map)':<26s} {base:8.1f} ms")
+    rows = [("vogn", "VOGN", {}, 1.5), ("slang", "SLANG L=8", {"rank": 8}, 3.0), ("slang", "SLANG L=32", {"rank": 32}, 5.0),
+            ("noisy_kfac", "noisy K-FAC (T_inv=200)", {}, 2.0)]
+    for name, label, over, target in rows:
+        steps = max(args.steps, 200) if name == "noisy_kfac" else args.steps  # amortise T_inv
+        ms = time_steps(name, {**CFG[name], **over}, **{**mn, "steps": steps})
+        print(f"  {label:<26s} {ms:8.1f} ms  {ms / base:5.2f}x  [<= {target}x]")
+
+    fast = time_steps("slang", {**CFG["slang"], "rank": 32}, **mn)
+    slow = time_steps("slang", {**CFG["slang"], "rank": 32, "per_example": "materialised"}, **{**mn, "steps": 3, "warm": 1})
+    print(f"  SLANG L=32 fast path vs materialised per-example gradients: {slow / fast:.1f}x faster  [>= 5x]")
+
+    print("\nUCI scale (13-50-1, M = 10, 20 replicas, 4 samples): ms per step, ratio to batched BBB  [target <= 3x]")
+    uci = dict(sizes=[13, 50, 1], lik="gaussian", R=20, M=10, steps=args.steps * 5, device=dev)
+    bbb = time_steps("bbb", {**CFG["bbb"], "train_samples": 4}, **uci)
+    print(f"  {'BBB':<26s} {bbb:8.2f} ms")
+    for name, label in [("vogn", "VOGN"), ("vadam", "Vadam"), ("slang", "SLANG L=1"), ("noisy_adam", "noisy Adam"),
+                        ("noisy_kfac", "noisy K-FAC")]:
+        cfg = {**CFG[name], "train_samples": 4}
+        if name == "slang":
+            cfg["rank"] = 1
+        if name == "noisy_kfac":
+            cfg.update(T_stats=1, T_inv=1)
+        ms = time_steps(name, cfg, **uci)
+        print(f"  {label:<26s} {ms:8.2f} ms  {ms / bbb:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
