@@ -32,6 +32,10 @@ METHOD_CFGS = {
     "noisy_kfac": dict(lr=0.01, beta=0.1, kl_weight=1.0, damping_ex=0.0, T_stats=1, T_inv=1, factor_init=1.0,
                        train_samples=2, init_mean="uniform_fan_in", learn_noise=True, noise_prior_shape=6.0,
                        noise_prior_rate=6.0, noise_lr=0.001),
+    "full_gaussian": dict(curvature="ef", lr=0.1, beta=0.1, decay_lr=0.5, decay_beta=0.0, train_samples=2,
+                          prec_init=1.0, init_mean="uniform_fan_in"),
+    "full_gaussian_ggn": dict(curvature="ggn", lr=0.1, beta=0.1, decay_lr=0.0, decay_beta=0.0, train_samples=2,
+                              prec_init=1.0, init_mean="uniform_fan_in"),
     "mc_dropout": dict(lr=0.01, betas=[0.9, 0.999], eps=1e-8, length_scale=0.01, init_mean="uniform_fan_in"),
 }
 
@@ -49,7 +53,8 @@ def test_replica_update_equals_update_alone(name):
     g = torch.Generator().manual_seed(0)
     model = MLP([4, 6, 1])
     cfg = OmegaConf.create(METHOD_CFGS[name])
-    method = METHODS[name.split("_")[0] if name.startswith(("bbb", "vogn", "slang")) else name](cfg, model, "gaussian")
+    base = name.removesuffix("_ggn").removesuffix("_lrt").removesuffix("_rnd")
+    method = METHODS[base](cfg, model, "gaussian")
     R = 3
     state = method.init(_problem(R, model, g), g)
     batch = Batch(x=torch.randn(R, 5, 4, generator=g, dtype=DT), y=torch.randn(R, 5, generator=g, dtype=DT),

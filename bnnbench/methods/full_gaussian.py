@@ -1,0 +1,105 @@
+"""Full-covariance Gaussian natural-gradient VI for small models (SLANG eqs. 2, 12, 13; the "Full-Gaussian
+EF" and "Full-Gaussian Hessian" columns of SLANG Table 1).
+
+q(theta) = N(mu, Sigma), Sigma^-1 = prec [P, P]. With theta_s ~ q, s = 1..S, and a minibatch of M:
+
+    prec <- (1 - beta) prec + beta (N/(MS) sum_{i,s} C_{i,s} + diag(lambda)),
+    mu   <- mu - alpha prec^-1 (N/(MS) sum_{i,s} g_{i,s} + lambda * mu),
+
+with g the per-example NLL gradients and C = g g^T (``curvature: ef``), the Gauss-Newton
+J^T Lambda J (``ggn``), or the exact Hessian of the per-example NLL (``hessian``, by ``torch.func``).
+Step sizes decay as alpha_0 / (1 + t^kappa) (kappa = 0: constant). O(P^2) memory, O(P^3) per step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bnnbench.linalg.per_example import forward_cache, materialise
+from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
+from bnnbench.methods.slang import decayed
+
+
+class FullGaussian(Method):
+    name = "full_gaussian"
+
+    def init(self, problem: Problem, generator: torch.Generator) -> State:
+        R, P = problem.prior_prec.shape
+        mean = self.model.init(R, generator, self.cfg.init_mean, device=problem.prior_prec.device,
+                               dtype=problem.prior_prec.dtype)
+        prec = torch.diag_embed(torch.full_like(mean, float(self.cfg.prec_init)))
+        return {**hyper_state(problem), "mean": mean, "prec": prec,
+                "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
+
+    def noise(self, state, batch, generator):
+        R, P = state["mean"].shape
+        return torch.randn(R, int(self.cfg.train_samples), P, generator=generator, dtype=state["mean"].dtype,
+                           device=state["mean"].device)
+
+    def sample(self, state, eps):
+        """theta = mu + L^-T eps with prec = L L^T, so Cov theta = prec^-1."""
+        L = torch.linalg.cholesky(state["prec"])
+        z = torch.linalg.solve_triangular(L.transpose(-1, -2), eps.transpose(-1, -2), upper=True)
+        return state["mean"].unsqueeze(1) + z.transpose(-1, -2)
+
+    def curvature_and_grad(self, state, theta, batch):
+        """Sums over (sample, example) of the NLL gradients [R, P] and curvatures [R, P, P], and the NLL."""
+        layers = [(W.detach().requires_grad_(True), b.detach().requires_grad_(True))
+                  for W, b in self.model.layers(theta)]
+        kind = self.cfg.curvature
+        with torch.enable_grad():
+            f, acts, zs = forward_cache(self.model, layers, batch.x)
+            nll_i = -likelihood_of(state, self.likelihood).log_prob(f, batch.y)
+            gs = torch.autograd.grad(nll_i.sum(), zs, retain_graph=kind == "ggn")
+            G = materialise(self.model, [a.detach() for a in acts], gs)            # [R, P, S*M]
+            if kind == "ef":
+                C = G @ G.transpose(1, 2)
+            elif kind == "ggn":
+                if self.likelihood == "gaussian":
+                    w = state["noise_prec"].sqrt().reshape(-1, 1, 1, 1)
+                elif self.likelihood == "bernoulli":
+                    p = torch.sigmoid(f.detach())
+                    w = (p * (1 - p)).sqrt()
+                else:
+                    raise ValueError("curvature=ggn supports gaussian and bernoulli likelihoods")
+                J = materialise(self.model, [a.detach() for a in acts], torch.autograd.grad((f * w).sum(), zs))
+                C = J @ J.transpose(1, 2)
+            elif kind == "hessian":
+                C = self._hessian(state, theta, batch)
+            else:
+                raise ValueError(f"unknown curvature {kind!r}; valid: ef, ggn, hessian")
+        return G.sum(-1), C, nll_i.detach().mean(dim=(1, 2))
+
+    def _hessian(self, state, theta, batch):
+        from torch.func import hessian
+        R, S, P = theta.shape
+        out = torch.zeros(R, P, P, dtype=theta.dtype, device=theta.device)
+        for r in range(R):
+            sub = {k: v[r:r + 1] for k, v in state.items()}
+
+            def total_nll(th, r=r, sub=sub):
+                f = self.model.forward(th[None, None], batch.x[r:r + 1])
+                return -likelihood_of(sub, self.likelihood).log_prob(f, batch.y[r:r + 1]).sum()
+            for s in range(S):
+                out[r] += hessian(total_nll)(theta[r, s])
+        return out
+
+    def step(self, state, batch, noise):
+        mean, prec, lam = state["mean"], state["prec"], state["prior_prec"]
+        t = state["t"] + 1
+        alpha = self.lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)
+        beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)
+        theta = self.sample(state, noise)
+        g_sum, C_sum, nll = self.curvature_and_grad(state, theta, batch)
+        scale = state["n_data"].to(mean.dtype) / noise.shape[1] / batch.x.shape[1]          # N / (MS)
+        b = beta[:, None, None]
+        new_prec = (1 - b) * prec + b * (scale[:, None, None] * C_sum + torch.diag_embed(lam))
+        new_prec = 0.5 * (new_prec + new_prec.transpose(-1, -2))
+        rhs = scale[:, None] * g_sum + lam * mean
+        new_mean = mean - alpha[:, None] * torch.linalg.solve(new_prec, rhs.unsqueeze(-1))[..., 0]
+        return {**state, "mean": new_mean, "prec": new_prec, "t": t}, {"objective": nll, "nll": nll}
+
+    def predict(self, state, x, n_samples, generator):
+        R, P = state["mean"].shape
+        eps = torch.randn(R, n_samples, P, generator=generator, dtype=state["mean"].dtype, device=state["mean"].device)
+        return self._predictive(state, self.model.forward(self.sample(state, eps), x))
