@@ -43,9 +43,18 @@ def _jsonable(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+def _drop_none(obj):
+    if isinstance(obj, dict):
+        return {k: _drop_none(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, (list, tuple)):
+        return [_drop_none(v) for v in obj]
+    return obj
+
+
 def config_hash(config: dict) -> str:
-    """Hash of the resolved run configuration (what decides the numbers), for skip-if-done."""
-    blob = json.dumps(config, sort_keys=True, default=_jsonable).encode()
+    """Hash of the resolved run configuration (what decides the numbers), for skip-if-done.
+    Unset (``None``) entries are left out, so adding an optional setting keeps finished runs valid."""
+    blob = json.dumps(_drop_none(config), sort_keys=True, default=_jsonable).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
 

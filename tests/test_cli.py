@@ -163,3 +163,10 @@ def test_grid_selection_is_recorded(tmp_path):
         assert len(trace) == 4  # 2 x 2 grid over (log noise precision, log prior precision)
         best = max(trace, key=lambda t: t["score"])
         assert h["noise_prec"] == pytest.approx(best["noise_prec"]) and h["prior_prec"] == pytest.approx(best["prior_prec"])
+
+
+def test_config_hash_ignores_unset_entries():
+    a = {"spec": {"epochs": 3, "lr_drop": None, "method": {"lr": 0.1, "init_std": None}}}
+    b = {"spec": {"epochs": 3, "method": {"lr": 0.1}}}
+    assert results.config_hash(a) == results.config_hash(b)
+    assert results.config_hash(a) != results.config_hash({"spec": {"epochs": 4, "method": {"lr": 0.1}}})
