@@ -83,9 +83,13 @@ def load_record(run_dir: Path) -> dict | None:
 
 
 def is_done(run_dir: Path, chash: str) -> bool:
-    """A finished record exists for exactly this configuration."""
+    """A finished record exists for exactly this configuration (its hash is recomputed from the
+    configuration stored in the record, so records outlive changes of the hashing)."""
     rec = load_record(run_dir)
-    return rec is not None and rec.get("status") == "ok" and rec.get("config_hash") == chash
+    if rec is None or rec.get("status") != "ok" or "config" not in rec:
+        return False
+    stored = {k: v for k, v in rec["config"].items() if k != "hydra_overrides"}
+    return config_hash(stored) == chash
 
 
 def versions() -> dict:
