@@ -88,12 +88,14 @@ def list_names(group: str) -> list[str]:
 
 def cmd_reproduce(args) -> int:
     """Run every cell of an experiment that has no finished record, then write its tables."""
-    from bnnbench.run import execute
     from bnnbench.engine import DivergenceError
+    from bnnbench.protocol import ConfigError
+    from bnnbench.run import execute
     spec = experiment_spec(args.experiment)
     for cell in spec["runs"]:
+        cell_ov = [o.replace("{runs_root}", str(args.runs_root)) for o in cell.get("overrides", [])]
         ov = [f"experiment={args.experiment}", f"method={cell['method']}", f"data={cell['data']}",
-              f"runs_root={args.runs_root}", *cell.get("overrides", []), *args.overrides]
+              f"runs_root={args.runs_root}", *cell_ov, *args.overrides]
         cfg = compose(ov)
         run_dir = Path(args.runs_root) / args.experiment / cfg.method.name / cfg.data.name.replace("/", "__")
         print(f"== {args.experiment}: {cell['method']} on {cell['data']} -> {run_dir}", flush=True)
@@ -102,6 +104,8 @@ def cmd_reproduce(args) -> int:
             print("\n".join(_summary_lines(rec)), flush=True)
         except DivergenceError as e:
             print(f"   FAILED (recorded in failed.json, not a result): {e}", flush=True)
+        except ConfigError as e:
+            print(f"   skipped: {e}", flush=True)
     cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out="results/figures"))
     return cmd_table(args)
 

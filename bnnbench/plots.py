@@ -1,7 +1,8 @@
 """Convergence figures from stored run histories (no retraining).
 
 For each data set of an experiment and each metric, the mean over splits and a band of one
-standard error (std(ddof=0)/sqrt(n)) against epochs, one line per method.
+standard error (std(ddof=0)/sqrt(n)) against epochs, one line per method (the experiment's
+``figure.methods``, else its table methods).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ def convergence_figure(spec: dict, runs_root: Path, out: Path, metrics=("rmse", 
     import matplotlib.pyplot as plt
 
     datasets = spec["datasets"]
-    methods = list(spec["methods"])
+    fig_spec = spec.get("figure") or {}
+    methods = list(fig_spec.get("methods") or spec["methods"])
+    names = {**{m: v.get("paper_method", m) for m, v in spec["methods"].items()}, **(fig_spec.get("labels") or {})}
     labels = {k: v.get("label", k) for k, v in spec.get("metrics", {}).items()}
     fig, axes = plt.subplots(len(metrics), len(datasets), figsize=(2.6 * len(datasets), 2.3 * len(metrics)),
                              squeeze=False)
@@ -40,8 +43,7 @@ def convergence_figure(spec: dict, runs_root: Path, out: Path, metrics=("rmse", 
                 v = np.array([e[key] for e in h["metrics"]])  # [evals, splits]
                 mean, se = v.mean(1), v.std(1) / np.sqrt(v.shape[1])
                 ax = axes[i, j]
-                name = spec["methods"][m].get("paper_method", m)
-                ax.plot(ep, mean, label=name)
+                ax.plot(ep, mean, label=names.get(m, m))
                 ax.fill_between(ep, mean - se, mean + se, alpha=0.25)
                 drawn += 1
                 legend_ax = legend_ax or ax
