@@ -11,8 +11,10 @@ Monte Carlo noise is independent.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -177,10 +179,20 @@ def _finite_state(state: State) -> torch.Tensor:
     return ok
 
 
+def save_checkpoint(path: Path, payload: dict) -> None:
+    """``torch.save`` to a temporary file in the same directory, then ``os.replace`` (atomic)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
 def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch_size: int,
           eval_samples: int, generator: torch.Generator, task: str, eval_every: int | None = None,
           stop_on_divergence: bool = True, progress: bool = False, desc: str = "",
-          lr_drop: dict | None = None) -> TrainResult:
+          lr_drop: dict | None = None, checkpoint: Path | None = None,
+          checkpoint_every: int = 10) -> TrainResult:
     """Run ``epochs`` passes of ``method.update`` over every replica at once.
 
     Evaluates every ``eval_every`` epochs (and at the end), recording the evaluation metrics and the
@@ -189,13 +201,24 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     multiplies the method's step sizes by f from epoch ``a * epochs`` on (``method.lr_scale``). A
     replica whose objective or state becomes non-finite is marked diverged; with
     ``stop_on_divergence`` training stops with ``DivergenceError`` naming the replicas and the epoch.
+
+    With ``checkpoint`` (a file path), the state, the generator's state, the history and the epoch
+    are saved every ``checkpoint_every`` epochs, and a run that finds the file resumes from it: the
+    result is the same as without the interruption. The caller removes the file when done.
     """
     history = History()
     R = data.n_replicas
     diverged = torch.zeros(R, dtype=torch.bool, device=data.data_index.device)
-    steps = 0
-    t0 = time.perf_counter()
-    bar = tqdm(range(epochs), desc=desc or method.name, disable=None if progress else True, leave=False)
+    steps, start, elapsed = 0, 0, 0.0
+    if checkpoint is not None and Path(checkpoint).exists():
+        ck = torch.load(checkpoint, map_location=data.x_train.device, weights_only=False)
+        state, start, steps, elapsed = ck["state"], ck["epoch"], ck["steps"], ck["elapsed"]
+        history = History(ck["history"]["epochs"], ck["history"]["metrics"])
+        diverged = ck["diverged"]
+        generator.set_state(ck["generator"])
+    t0 = time.perf_counter() - elapsed
+    bar = tqdm(range(start, epochs), desc=desc or method.name, disable=None if progress else True, leave=False,
+               initial=start, total=epochs)
     method.lr_scale = 1.0
     for epoch in bar:
         if lr_drop and epoch >= float(lr_drop["at"]) * epochs:
@@ -220,5 +243,9 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
             m = evaluate(method, state, data, eval_samples, generator, task)
             m["train_objective"] = obj_sum / max(1, n_batches)
             history.append(epoch + 1, m)
+        if checkpoint is not None and not last and (epoch + 1) % checkpoint_every == 0:
+            save_checkpoint(checkpoint, {"state": state, "epoch": epoch + 1, "steps": steps,
+                                         "elapsed": time.perf_counter() - t0, "history": history.to_dict(),
+                                         "diverged": diverged, "generator": generator.get_state()})
     final = {k: torch.tensor(v) for k, v in history.metrics[-1].items()} if history.metrics else {}
     return TrainResult(state, history, final, time.perf_counter() - t0, steps, diverged)

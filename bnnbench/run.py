@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from bnnbench.data import load_dataset
-from bnnbench.engine import DivergenceError, ReplicaData, train
+from bnnbench.engine import DivergenceError, ReplicaData, save_checkpoint, train
 from bnnbench.hpo import GPBayesOpt, grid_points, kfold_indices
 from bnnbench.methods import Problem, method_class
 from bnnbench.metrics import STDERR_CONVENTION, summarise
@@ -109,7 +109,7 @@ def make_problem(spec: RunSpec, model: MLP, data: ReplicaData, hparams: list[dic
 
 
 def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, *, device, dtype, eval_every=None,
-        stop_on_divergence=True, progress=False, desc="", eval_samples=None):
+        stop_on_divergence=True, progress=False, desc="", eval_samples=None, checkpoint=None, checkpoint_every=10):
     """Train one batched program: replica r trains on ``pairs[data_index[r]]`` with ``hparams[r]``."""
     data = ReplicaData.build(ds.X, ds.y, pairs, data_index, spec.normalize_x,
                              spec.normalize_y and spec.task == "regression", device=device, dtype=dtype)
@@ -119,17 +119,22 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, *, device, dty
     state = method.init(make_problem(spec, model, data, hparams), generator)
     return train(method, state, data, epochs=spec.epochs, batch_size=spec.batch_size, lr_drop=spec.lr_drop,
                  eval_samples=eval_samples or spec.eval_samples, generator=generator, task=spec.task,
-                 eval_every=eval_every, stop_on_divergence=stop_on_divergence, progress=progress, desc=desc)
+                 eval_every=eval_every, stop_on_divergence=stop_on_divergence, progress=progress, desc=desc,
+                 checkpoint=checkpoint, checkpoint_every=checkpoint_every)
 
 
 def _hp_dict(names, spaces, x) -> dict:
     return {n: (math.exp(v) if "log_range" in spaces[n] else float(v)) for n, v in zip(names, x)}
 
 
-def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress=False, log=_log):
+def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress=False, log=_log,
+                   resume: Path | None = None):
     """Per-split hyper-parameters chosen on K-fold CV of the training rows (never the test rows).
 
     Returns ``(hparams per split, trace)``; the trace lists every evaluated candidate and its score.
+    With ``resume`` (a file path), every finished Bayesian-optimisation round is saved there, and a
+    restarted selection replays the saved rounds (same proposals, same scores, same generator state)
+    instead of training them again.
     """
     hpo = spec.hpo
     names = list(spec.space)
@@ -147,7 +152,7 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     trace = [[] for _ in splits]
 
-    def evaluate(cands):  # cands[i] : [C, d] candidate points of split i
+    def evaluate(cands):  # cands[i] : [C, d] candidate points of split i; returns (mean score [n_s, C], s)
         C = len(cands[0])
         data_index, hps = [], []
         for i in range(n_s):
@@ -160,17 +165,19 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
         score = res.final[metric].reshape(n_s, n_f, C)
         score = torch.where(torch.isfinite(score), score, torch.full_like(score, failed))
         score = torch.where(res.diverged.cpu().reshape(n_s, n_f, C), torch.full_like(score, failed), score)
-        mean = score.mean(1).numpy()
+        return score.mean(1).numpy(), res.wall_time_s
+
+    def record(cands, mean):
         for i in range(n_s):
-            for c in range(C):
+            for c in range(len(cands[i])):
                 trace[i].append({**_hp_dict(names, spec.space, cands[i][c]), "score": float(mean[i, c])})
-        return mean, res.wall_time_s
 
     if hpo["kind"] == "grid":
         axes = [np.linspace(*spec.space[n]["log_range"], int(hpo.get("grid_points", 5)))
                 if "log_range" in spec.space[n] else spec.space[n]["values"] for n in names]
         grid = grid_points(axes)
         mean, wall = evaluate([grid] * n_s)
+        record([grid] * n_s, mean)
         log(f"grid search: {len(grid)} candidates x {n_f} folds x {n_s} splits in {wall:.1f}s")
         best = mean.argmax(1)
         return [_hp_dict(names, spec.space, grid[best[i]]) | _keep_fixed(spec, names) for i in range(n_s)], trace
@@ -186,16 +193,28 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
                        gp_restarts=int(hpo.get("gp_restarts", 25))) for i in range(n_s)]
     total = int(hpo["n_random"]) + int(hpo["n_iter"])
     q = int(hpo.get("batch", 1))
-    done = 0
+    rounds = torch.load(resume, weights_only=False) if resume is not None and Path(resume).exists() else []
+    done, k = 0, 0
     while done < total:
         n = min(q if done >= int(hpo["n_random"]) else int(hpo["n_random"]) - done, total - done)
         cands = [o.ask(n) for o in opts]
-        mean, wall = evaluate(cands)
+        if k < len(rounds):  # replay a round finished before an interruption
+            if not all(np.allclose(a, b) for a, b in zip(cands, rounds[k]["cands"])):
+                raise ConfigError(f"{resume} does not belong to this configuration; delete it to start afresh")
+            mean, wall = rounds[k]["mean"], 0.0
+            gen.set_state(rounds[k]["generator"])
+        else:
+            mean, wall = evaluate(cands)
+            rounds.append({"cands": cands, "mean": mean, "generator": gen.get_state()})
+            if resume is not None:
+                save_checkpoint(resume, rounds)
+        record(cands, mean)
         for i, o in enumerate(opts):
             o.tell(cands[i], mean[i])
         done += n
+        k += 1
         log(f"BO round: {done}/{total} evaluations per split ({n} candidates x {n_f} folds x {n_s} splits, "
-            f"{wall:.1f}s); best mean score {np.mean([o.best[1] for o in opts]):.3f}")
+            f"{wall:.1f}s{', replayed' if wall == 0.0 else ''}); best mean score {np.mean([o.best[1] for o in opts]):.3f}")
     return [_hp_dict(names, spec.space, o.best[0]) | _keep_fixed(spec, names) for o in opts], trace
 
 
@@ -227,22 +246,26 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
         log(f"skip: {run_dir} already holds a finished record of this configuration")
         return results.load_record(run_dir)
 
+    ck_hpo, ck_fit = Path(run_dir) / f".hpo-{chash}.pt", Path(run_dir) / f".checkpoint-{chash}.pt"
     if spec.hpo.get("kind") == "recorded":
         hparams = _recorded_hparams(spec, splits)
         trace = []
     else:
         hparams, trace = select_hparams(spec, ds, splits, int(cfg.seed), device=device, dtype=dtype,
-                                        progress=cfg.get("progress", False), log=log)
+                                        progress=cfg.get("progress", False), log=log, resume=ck_hpo)
     t_hpo = time.perf_counter() - t0
     gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
     pairs = [(s.train, s.test) for s in splits]
     try:
         res = fit(spec, ds, pairs, list(range(len(pairs))), hparams, gen, device=device, dtype=dtype,
                   eval_every=spec.eval_every, stop_on_divergence=True, progress=cfg.get("progress", False),
-                  desc=f"{cfg.method.name} {ds.name}")
+                  desc=f"{cfg.method.name} {ds.name}", checkpoint=ck_fit,
+                  checkpoint_every=int(cfg.get("checkpoint_every", 10)))
     except DivergenceError as e:
         results.write_failure(run_dir, str(e), {**base, "hparams": hparams,
                                                  "wall_time_s": time.perf_counter() - t0})
+        ck_fit.unlink(missing_ok=True)
+        ck_hpo.unlink(missing_ok=True)
         raise
     keys = [k for k in res.final if k != "train_objective"]
     per_split = [{"split": s.name, **{k: float(res.final[k][i]) for k in keys}} for i, s in enumerate(splits)]
@@ -254,6 +277,8 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
               "train_steps": res.steps, "versions": results.versions(), "git_commit": results.git_commit()}
     results.write_record(run_dir, record, history={"epochs": res.history.epochs, "metrics": res.history.metrics,
                                                    "splits": [s.name for s in splits]})
+    ck_fit.unlink(missing_ok=True)
+    ck_hpo.unlink(missing_ok=True)
     return record
 
 

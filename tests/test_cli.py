@@ -170,3 +170,57 @@ def test_config_hash_ignores_unset_entries():
     b = {"spec": {"epochs": 3, "method": {"lr": 0.1}}}
     assert results.config_hash(a) == results.config_hash(b)
     assert results.config_hash(a) != results.config_hash({"spec": {"epochs": 4, "method": {"lr": 0.1}}})
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def test_interrupted_final_training_resumes_to_the_same_result(tmp_path, monkeypatch):
+    import bnnbench.engine as engine
+    ov = ["protocol.epochs=6", "checkpoint_every=2"]
+    ref = _run(tmp_path / "ref", *ov)
+    real = engine.evaluate
+    calls = {"n": 0}
+
+    def flaky(*a, **k):  # dies in the evaluation of epoch 4, before its checkpoint: resumes from epoch 2
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise _Interrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(engine, "evaluate", flaky)
+    with pytest.raises(_Interrupt):
+        _run(tmp_path / "cut", *ov)
+    assert not (tmp_path / "cut" / "run" / "record.json").exists()
+    assert list((tmp_path / "cut" / "run").glob(".checkpoint-*.pt"))  # the epoch-2 checkpoint
+    monkeypatch.setattr(engine, "evaluate", real)
+    resumed = _run(tmp_path / "cut", *ov)
+    assert resumed["metrics"] == ref["metrics"]
+    assert not list((tmp_path / "cut" / "run").glob(".*.pt"))  # checkpoints are removed once the record exists
+
+
+def test_interrupted_bayesian_optimisation_resumes_to_the_same_choice(tmp_path, monkeypatch):
+    import bnnbench.run as run_mod
+    ov = ["hpo=bo", "hpo.n_random=2", "hpo.n_iter=2", "hpo.folds=2", "protocol.epochs=1"]
+    ref = _run(tmp_path / "ref", *ov)
+    real = run_mod.fit
+    calls = {"n": 0}
+
+    def flaky(*a, **k):  # round 1 (2 random points) and round 2 finish, round 3 dies
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise _Interrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(run_mod, "fit", flaky)
+    with pytest.raises(_Interrupt):
+        _run(tmp_path / "cut", *ov)
+    monkeypatch.setattr(run_mod, "fit", real)
+    calls["n"] = 0
+    counting = lambda *a, **k: (calls.__setitem__("n", calls["n"] + 1), real(*a, **k))[1]  # noqa: E731
+    monkeypatch.setattr(run_mod, "fit", counting)
+    resumed = _run(tmp_path / "cut", *ov)
+    assert calls["n"] == 2  # the last BO round and the final training; the first two rounds were replayed
+    assert resumed["hparams"] == ref["hparams"] and resumed["hpo_trace"] == ref["hpo_trace"]
+    assert resumed["metrics"] == ref["metrics"]
