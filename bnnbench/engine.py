@@ -242,6 +242,9 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
         if last or (eval_every and (epoch + 1) % eval_every == 0):
             m = evaluate(method, state, data, eval_samples, generator, task)
             m["train_objective"] = obj_sum / max(1, n_batches)
+            kl = method.kl(state)
+            if kl is not None:  # negative ELBO per data point: the epoch's mean NLL + KL(q || p) / N
+                m["train_objective"] = m["train_objective"] + kl / data.n_train[data.data_index].to(kl.dtype)
             history.append(epoch + 1, m)
         if checkpoint is not None and not last and (epoch + 1) % checkpoint_every == 0:
             save_checkpoint(checkpoint, {"state": state, "epoch": epoch + 1, "steps": steps,

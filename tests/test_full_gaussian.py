@@ -89,3 +89,13 @@ def test_hessian_equals_ggn_for_a_linear_gaussian_model():
     Xb = torch.cat([X, torch.ones(7, 1, dtype=DT)], 1)
     assert torch.allclose(out["hessian"], 2 * 3.0 * Xb.T @ Xb)  # two samples
     assert torch.allclose(out["ggn"], out["hessian"])
+
+
+def test_kl_against_torch_distributions():
+    X, y, Lam, mu, g = _blr()
+    model, method = _method("ef")
+    lam = torch.tensor([[0.5, 2.0, 1.0, 0.1]], dtype=DT)
+    state = {"mean": mu[None], "prec": Lam[None], "prior_prec": lam}
+    q = torch.distributions.MultivariateNormal(mu, precision_matrix=Lam)
+    p = torch.distributions.MultivariateNormal(torch.zeros(4, dtype=DT), precision_matrix=torch.diag(lam[0]))
+    assert torch.allclose(method.kl(state)[0], torch.distributions.kl_divergence(q, p))

@@ -122,3 +122,25 @@ def test_noisy_adam_step_matches_algorithm_1():
         mu = mu + 0.01 * (m / (1 - 0.9 ** k)) / (f + g_in)
         assert torch.allclose(state["mean"][0], mu, rtol=1e-10, atol=1e-12)
         assert torch.allclose(state["f"][0], f, rtol=1e-10, atol=1e-15)
+
+
+def test_matrix_normal_kl_against_dense():
+    g = torch.Generator().manual_seed(5)
+    model = MLP([2, 3, 1])
+    method = METHODS["noisy_kfac"](OmegaConf.create(dict(KFAC, kl_weight=0.7)), model, "gaussian")
+    state = method.init(_problem(model, lam=2.0), g)
+    for l, (_, _, d_in, d_out) in enumerate(model.slices):
+        X = torch.randn(1, d_in + 1, d_in + 1, generator=g, dtype=DT)
+        state[f"A{l}"] = X @ X.transpose(1, 2) + 0.3 * torch.eye(d_in + 1, dtype=DT)
+    state = method._refresh(state, covariance=True, inverses=True)
+    state["mean"] = torch.randn(1, model.n_params, generator=g, dtype=DT)
+    ref = 0.0
+    for l, (_, _, d_in, d_out) in enumerate(model.slices):
+        U = state[f"cA{l}"][0] @ state[f"cA{l}"][0].T
+        V = state[f"cS{l}"][0] @ state[f"cS{l}"][0].T
+        M = method._hom(state["mean"], l)[0].flatten()
+        k = M.numel()
+        q = torch.distributions.MultivariateNormal(M, covariance_matrix=torch.kron(U, V))
+        p = torch.distributions.MultivariateNormal(torch.zeros(k, dtype=DT), covariance_matrix=0.5 * torch.eye(k, dtype=DT))
+        ref += torch.distributions.kl_divergence(q, p)
+    assert torch.allclose(method.kl(state)[0], 0.7 * ref)

@@ -96,6 +96,12 @@ class Method:
                 generator: torch.Generator) -> Predictive:
         raise NotImplementedError
 
+    def kl(self, state: State) -> torch.Tensor | None:
+        """KL(q || p) per replica ``[R]`` for methods whose step objective is the data term only (the
+        engine then records ``mean NLL over the epoch + KL / N`` as the training objective when it
+        evaluates); ``None`` where the step's objective already is the full one."""
+        return None
+
     def _predictive(self, state: State, f: torch.Tensor) -> Predictive:
         return Predictive(f=f, noise_prec=state.get("noise_prec"))
 

@@ -99,6 +99,13 @@ class FullGaussian(Method):
         new_mean = mean - alpha[:, None] * torch.linalg.solve(new_prec, rhs.unsqueeze(-1))[..., 0]
         return {**state, "mean": new_mean, "prec": new_prec, "t": t}, {"objective": nll, "nll": nll}
 
+    def kl(self, state):
+        """KL(N(mu, prec^-1) || N(0, diag(lambda)^-1)) with dense linear algebra."""
+        lam, mean, prec = state["prior_prec"], state["mean"], state["prec"]
+        cov_diag = torch.linalg.inv(prec).diagonal(dim1=-2, dim2=-1)
+        return 0.5 * ((lam * cov_diag).sum(-1) + (lam * mean * mean).sum(-1) - mean.shape[-1]
+                      + torch.logdet(prec) - torch.log(lam).sum(-1))
+
     def predict(self, state, x, n_samples, generator):
         R, P = state["mean"].shape
         eps = torch.randn(R, n_samples, P, generator=generator, dtype=state["mean"].dtype, device=state["mean"].device)

@@ -69,7 +69,6 @@ def per_example_stats(method, state, layers, batch, curvature: str, generator=No
     return g_sum, c_sum, nll_i.mean(dim=(1, 2)).detach()
 
 
-def neg_elbo_estimate(state, nll, mean, prec):
-    """Minibatch estimate of the negative ELBO per data point, ``nll + KL(q || p) / N``."""
-    kl = kl_diag_gaussians(mean, 1.0 / prec, torch.zeros_like(mean), 1.0 / state["prior_prec"])
-    return nll + kl / state["n_data"].to(nll.dtype)
+def kl_to_prior(state, mean, prec):
+    """KL(N(mean, diag(1/prec)) || N(0, diag(1/prior_prec))) per replica."""
+    return kl_diag_gaussians(mean, 1.0 / prec, torch.zeros_like(mean), 1.0 / state["prior_prec"])

@@ -163,9 +163,13 @@ class NoisyAdam(_NoisyBase):
         new_mean = mean + float(self.cfg.lr) * self.lr_scale * m_hat / (fisher + gin + float(self.cfg.damping_ex))
         new = {**state, "mean": new_mean, "m": m, "f": fisher, "t": t, **self._noise_step(state, f, batch.y)}
         nll = -ll.detach().mean(1)
-        obj = nll + float(self.cfg.kl_weight) * kl_diag_gaussians(
-            mean, self.std(state) ** 2, torch.zeros_like(mean), 1 / state["prior_prec"]) / state["n_data"].to(mean.dtype)
-        return new, {"objective": obj, "nll": nll}
+        return new, {"objective": nll, "nll": nll}
+
+    def kl(self, state):
+        """lambda KL(q(w) || p(w)) (the tempered KL of the noisy-NG objective)."""
+        mean = state["mean"]
+        return float(self.cfg.kl_weight) * kl_diag_gaussians(mean, self.std(state) ** 2, torch.zeros_like(mean),
+                                                             1 / state["prior_prec"])
 
 
 class NoisyKFAC(_NoisyBase):
@@ -283,3 +287,18 @@ class NoisyKFAC(_NoisyBase):
         new = self._refresh(new, covariance=k % T_stats == 0, inverses=k % T_inv == 0)
         nll = -ll.detach().mean(1)
         return new, {"objective": nll, "nll": nll}
+
+    def kl(self, state):
+        """lambda KL(MN(M, U, V) || N(0, eta I)) per layer, U = cA cA^T, V = cS cS^T (triangular factors):
+        0.5 [tr(U) tr(V) / eta + ||M||^2 / eta - k + k log eta - d_out log|U| - d_in log|V|]."""
+        eta = 1.0 / state["prior_prec"][:, 0]
+        total = 0
+        for l, (_, _, d_in, d_out) in enumerate(self.model.slices):
+            cA, cS, M = state[f"cA{l}"], state[f"cS{l}"], self._hom(state["mean"], l)
+            k = (d_in + 1) * d_out
+            logdet_U = 2 * torch.log(cA.diagonal(dim1=-2, dim2=-1).abs()).sum(-1)
+            logdet_V = 2 * torch.log(cS.diagonal(dim1=-2, dim2=-1).abs()).sum(-1)
+            total = total + 0.5 * ((cA * cA).sum((-2, -1)) * (cS * cS).sum((-2, -1)) / eta
+                                   + (M * M).sum((-2, -1)) / eta - k + k * torch.log(eta)
+                                   - d_out * logdet_U - (d_in + 1) * logdet_V)
+        return float(self.cfg.kl_weight) * total

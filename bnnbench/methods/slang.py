@@ -92,9 +92,11 @@ class SLANG(Method):
             m = m_hat = g_hat
         new_mean = mean - alpha * fast_inverse(U_new, d_new, m_hat + lam * mean)
         nll = nll_i.detach().mean(dim=(1, 2))
-        obj = nll + kl_low_rank_to_diag(mean, U, d, lam) / state["n_data"].to(mean.dtype)
         return ({**state, "mean": new_mean, "U": U_new, "d": d_new, "m": m, "t": t},
-                {"objective": obj, "nll": nll})
+                {"objective": nll, "nll": nll})
+
+    def kl(self, state):
+        return kl_low_rank_to_diag(state["mean"], state["U"], state["d"], state["prior_prec"])
 
     def top_eig(self, U, acts, gs, beta, scale, probes):
         """Top-L eigen-decomposition of (1 - beta) U U^T + beta G_hat, returned as V diag(sqrt(e))."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from bnnbench.methods.base import Method, Problem, State, hyper_state
-from bnnbench.methods.natural import leaf_layers, neg_elbo_estimate, sample_gradients
+from bnnbench.methods.natural import kl_to_prior, leaf_layers, sample_gradients
 
 
 class Vadam(Method):
@@ -64,7 +64,10 @@ class Vadam(Method):
             beta = float(self.cfg.beta)
             s = beta * s + (1 - beta) * g2_bar
             new.update(s=s, mean=mean - alpha * (g_bar + lam_t * mean) / (s.sqrt() + lam_t))
-        return new, {"objective": neg_elbo_estimate(state, nll, mean, prec), "nll": nll}
+        return new, {"objective": nll, "nll": nll}
+
+    def kl(self, state):
+        return kl_to_prior(state, state["mean"], self.posterior_prec(state))
 
     def predict(self, state, x, n_samples, generator):
         mean = state["mean"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from bnnbench.methods.base import Method, Problem, State, hyper_state
-from bnnbench.methods.natural import leaf_layers, neg_elbo_estimate, per_example_stats
+from bnnbench.methods.natural import kl_to_prior, leaf_layers, per_example_stats
 
 
 class VOGN(Method):
@@ -47,8 +47,10 @@ class VOGN(Method):
         beta, alpha = float(self.cfg.beta), float(self.cfg.lr) * self.lr_scale
         prec = beta * prec + (1 - beta) * (h_hat + lam)
         new_mean = mean - alpha * (g_hat + lam * mean) / prec
-        obj = neg_elbo_estimate(state, nll, mean, state["prec"])
-        return {**state, "mean": new_mean, "prec": prec, "t": state["t"] + 1}, {"objective": obj, "nll": nll}
+        return {**state, "mean": new_mean, "prec": prec, "t": state["t"] + 1}, {"objective": nll, "nll": nll}
+
+    def kl(self, state):
+        return kl_to_prior(state, state["mean"], state["prec"])
 
     def predict(self, state, x, n_samples, generator):
         mean = state["mean"]
