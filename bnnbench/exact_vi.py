@@ -437,8 +437,7 @@ def neg_elbo_per_point(mean, cov, X, y, prior_prec, *, method: str = "quadrature
     S = np.asarray(cov, dtype=np.float64)
     if S.ndim == 1:
         S = np.diag(S)
-    mu = X @ m
-    v = np.maximum(np.einsum("nd,de,ne->n", X, S, X), 0.0)
+    mu, v = _pred_moments(m, S, X)
     if method == "quadrature":
         ell = expected_log_sigmoid((2 * yf - 1) * mu, v, n_points)
     elif method == "marlin":
