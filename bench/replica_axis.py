@@ -13,7 +13,6 @@ import argparse
 import time
 
 import torch
-from omegaconf import OmegaConf
 
 from bnnbench.data import load_dataset
 from bnnbench.run import fit

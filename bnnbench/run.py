@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError, ReplicaData, save_checkpoint, train

@@ -3,7 +3,6 @@ Kronecker covariance (eq. 13), the Gamma KL, and the noisy-Adam step against its
 
 import math
 
-import pytest
 import torch
 from omegaconf import OmegaConf
 

@@ -59,8 +59,6 @@ def test_full_rank_slang_equals_full_gaussian_ef_update(eig, per_example):
 def test_low_rank_keeps_top_eigenvalues_and_the_exact_diagonal():
     """With L < D the precision's diagonal is still exact (eqs. 8-10) and U U^T holds the top-L part."""
     model, method, state, batch, g, (N, tau, lam) = _setup(rank=2, eig="gram", momentum=0.0)
-    P = model.n_params
-    prec = torch.diag(state["d"][0].clone())
     for t in range(1, 4):
         noise = method.noise(state, batch, g)
         theta = method.sample(state, noise[0])[0]
