@@ -225,9 +225,14 @@ class NoisyKFAC(_NoisyBase):
                 state[f"cA{l}"] = _inv_chol_t(A) * torch.sqrt(float(self.cfg.kl_weight) / N)[:, None, None]
                 state[f"cS{l}"] = _inv_chol_t(S)
             if inverses:
-                A, S = self._damped(state, l, g)
-                state[f"iA{l}"] = torch.linalg.inv(A)
-                state[f"iS{l}"] = torch.linalg.inv(S)
+                if covariance and float(self.cfg.damping_ex) == 0:  # same damped factors: reuse C C^T = X^-1
+                    cA = state[f"cA{l}"] / torch.sqrt(float(self.cfg.kl_weight) / N)[:, None, None]
+                    state[f"iA{l}"] = cA @ cA.transpose(-1, -2)
+                    state[f"iS{l}"] = state[f"cS{l}"] @ state[f"cS{l}"].transpose(-1, -2)
+                else:
+                    A, S = self._damped(state, l, g)
+                    state[f"iA{l}"] = torch.linalg.inv(A)
+                    state[f"iS{l}"] = torch.linalg.inv(S)
         return state
 
     def noise(self, state, batch, generator):
