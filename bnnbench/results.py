@@ -106,7 +106,18 @@ def versions() -> dict:
     return out
 
 
+_GIT_COMMIT: list = []
+
+
 def git_commit() -> str | None:
+    """The commit of the source tree (``-dirty`` with uncommitted changes), read once per process:
+    the code a long-running process executes is the code it loaded, not what HEAD says later."""
+    if not _GIT_COMMIT:
+        _GIT_COMMIT.append(_read_git_commit())
+    return _GIT_COMMIT[0]
+
+
+def _read_git_commit() -> str | None:
     try:
         root = Path(__file__).resolve().parent.parent
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)

@@ -225,6 +225,7 @@ def _keep_fixed(spec, names):
 def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> dict:
     """Run ``cfg`` and write its record (or failure) into ``run_dir``; returns the record."""
     t0 = time.perf_counter()
+    commit = results.git_commit()  # first call in the process: the code this process runs
     validate(cfg)
     ds = load_dataset(cfg.data.name)
     spec = resolve(cfg, overrides, meta=ds.meta)
@@ -274,7 +275,7 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
               "stderr_convention": STDERR_CONVENTION, "loglik_convention_of_paper": spec.loglik,
               "hparams": [{"split": s.name, **h} for s, h in zip(splits, hparams)], "hpo_trace": trace,
               "wall_time_s": time.perf_counter() - t0, "hpo_time_s": t_hpo, "train_time_s": res.wall_time_s,
-              "train_steps": res.steps, "versions": results.versions(), "git_commit": results.git_commit()}
+              "train_steps": res.steps, "versions": results.versions(), "git_commit": commit}
     results.write_record(run_dir, record, history={"epochs": res.history.epochs, "metrics": res.history.metrics,
                                                    "splits": [s.name for s in splits]})
     ck_fit.unlink(missing_ok=True)
