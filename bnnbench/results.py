@@ -20,19 +20,28 @@ FAILED = "failed.json"
 HISTORY = "history.json"
 
 
-def atomic_write_json(path: Path, obj) -> None:
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file in the same directory, fsync, then ``os.replace``: readers
+    see the old file or the new one, never a partial one. Permissions as for a plain new file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, sort_keys=False, default=_jsonable)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=1, default=_jsonable))
 
 
 def _jsonable(o):

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
+
+from bnnbench.results import atomic_write_text
 
 __all__ = [
     "COLUMNS",
@@ -745,23 +745,6 @@ def render_latex(df: pd.DataFrame, spec: Mapping) -> str:
 # --------------------------------------------------------------------------
 # files / regression check
 # --------------------------------------------------------------------------
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def write_tables(df: pd.DataFrame, spec: Mapping, out_dir, wall_time_s: float | None = None
                  ) -> dict[str, Path]:
     """Write ``<name>.md``, ``<name>.csv`` (long table, full float precision) and
@@ -770,9 +753,9 @@ def write_tables(df: pd.DataFrame, spec: Mapping, out_dir, wall_time_s: float | 
     name = str(spec.get("name") or "table")
     paths = {"md": out_dir / f"{name}.md", "csv": out_dir / f"{name}.csv",
              "tex": out_dir / f"{name}.tex"}
-    _atomic_write(paths["csv"], df.to_csv(index=False))
-    _atomic_write(paths["md"], render_markdown(df, spec, wall_time_s=wall_time_s))
-    _atomic_write(paths["tex"], render_latex(df, spec))
+    atomic_write_text(paths["csv"], df.to_csv(index=False))
+    atomic_write_text(paths["md"], render_markdown(df, spec, wall_time_s=wall_time_s))
+    atomic_write_text(paths["tex"], render_latex(df, spec))
     return paths
 
 

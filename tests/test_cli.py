@@ -88,7 +88,7 @@ def test_interrupted_write_leaves_no_partial_record(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(results.json, "dump", boom)
+    monkeypatch.setattr(results.os, "fsync", boom)  # killed while the bytes are being written
     with pytest.raises(KeyboardInterrupt):
         results.atomic_write_json(tmp_path / "record.json", {"a": 1})
     assert list(tmp_path.iterdir()) == []
