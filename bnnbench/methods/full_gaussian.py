@@ -17,6 +17,7 @@ import torch
 
 from bnnbench.linalg.per_example import forward_cache, materialise
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
+from bnnbench.methods.natural import as_leaves
 from bnnbench.methods.slang import decayed
 
 
@@ -44,8 +45,7 @@ class FullGaussian(Method):
 
     def curvature_and_grad(self, state, theta, batch):
         """Sums over (sample, example) of the NLL gradients [R, P] and curvatures [R, P, P], and the NLL."""
-        layers = [(W.detach().requires_grad_(True), b.detach().requires_grad_(True))
-                  for W, b in self.model.layers(theta)]
+        layers = as_leaves(self.model.layers(theta))
         kind = self.cfg.curvature
         with torch.enable_grad():
             f, acts, zs = forward_cache(self.model, layers, batch.x)

@@ -27,8 +27,7 @@ class MCDropout(Method):
         dev, dt = problem.prior_prec.device, problem.prior_prec.dtype
         theta = self.model.init(R, generator, self.cfg.init_mean, device=dev, dtype=dt)
         z = torch.zeros_like(theta)
-        weight = (~self.model.bias_mask(dev)).to(dt)
-        return {**hyper_state(problem), "theta": theta, "m": z, "v": z.clone(), "weight_mask": weight.expand(R, -1),
+        return {**hyper_state(problem), "theta": theta, "m": z, "v": z.clone(),
                 "t": torch.zeros(R, dtype=torch.long, device=dev)}
 
     def noise(self, state, batch, generator):
@@ -45,7 +44,8 @@ class MCDropout(Method):
         with torch.enable_grad():
             f = self.model.forward(theta.unsqueeze(1), batch.x, dropout_masks=noise)
             mse = ((batch.y - f[:, 0, :, 0]) ** 2).mean(-1)
-            reg = self.weight_decay(state) * (state["weight_mask"] * theta * theta).sum(-1)
+            weights = ~self.model.bias_mask(theta.device)  # biases are not decayed
+            reg = self.weight_decay(state) * (theta * theta)[:, weights].sum(-1)
             obj = mse + reg
             (g,) = torch.autograd.grad(obj.sum(), [theta])
         t = state["t"] + 1

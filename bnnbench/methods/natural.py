@@ -12,10 +12,14 @@ from bnnbench.methods.base import likelihood_of
 from bnnbench.metrics import kl_diag_gaussians
 
 
+def as_leaves(layers):
+    """Per-layer ``(W, b)`` as leaf tensors that require grad (gradients w.r.t. sampled weights)."""
+    return [(W.detach().requires_grad_(True), b.detach().requires_grad_(True)) for W, b in layers]
+
+
 def leaf_layers(model, mean, std, eps):
     """Sampled weights ``mean + std * eps`` per layer, each a leaf tensor that requires grad."""
-    return [(W.detach().requires_grad_(True), b.detach().requires_grad_(True))
-            for W, b in model.sampled_layers(mean, std, eps)]
+    return as_leaves(model.sampled_layers(mean, std, eps))
 
 
 def flat_grads(grads) -> torch.Tensor:

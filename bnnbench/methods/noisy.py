@@ -27,7 +27,7 @@ import torch
 
 from bnnbench.linalg.per_example import forward_cache
 from bnnbench.methods.base import Method, Predictive, Problem, State, adam, hyper_state, likelihood_of
-from bnnbench.methods.natural import flat_grads
+from bnnbench.methods.natural import flat_grads, leaf_layers
 from bnnbench.metrics import kl_diag_gaussians
 
 LOG_2PI = math.log(2 * math.pi)
@@ -96,8 +96,8 @@ class _NoisyBase(Method):
             return torch.rand(shape, generator=generator, dtype=dtype, device=device)
         return torch.rand(*shape, self.model.output_dim, generator=generator, dtype=dtype, device=device).clamp_min(1e-12)
 
-    def _log_lik_sum(self, state, f, y):
-        """sum over (sample, example) of log p(y | f) per replica, precision E_q[tau] for the Gaussian."""
+    def log_lik(self, state, f, y):
+        """log p(y | f) ``[R, S, B]``; the Gaussian uses the precision E_q[tau] = a / b."""
         return likelihood_of(state, self.likelihood).log_prob(f, y)
 
     def predict(self, state, x, n_samples, generator):
@@ -144,14 +144,13 @@ class NoisyAdam(_NoisyBase):
     def step(self, state, batch, noise):
         eps, y_noise = noise
         mean, gin = state["mean"], self.gamma_in(state)
-        layers = [(W.detach().requires_grad_(True), b.detach().requires_grad_(True))
-                  for W, b in self.model.sampled_layers(mean, self.std(state), eps)]
+        layers = leaf_layers(self.model, mean, self.std(state), eps)
         params = [t for wb in layers for t in wb]
         with torch.enable_grad():
             f = self.model.forward_layers(layers, batch.x)
-            ll = self._log_lik_sum(state, f, batch.y).mean(-1)            # [R, S] minibatch-mean log-lik
+            ll = self.log_lik(state, f, batch.y).mean(-1)            # [R, S] minibatch-mean log-lik
             g = flat_grads(torch.autograd.grad(ll.sum(), params, retain_graph=True))
-            ll_s = self._log_lik_sum(state, f, self.sampled_targets(state, f.detach(), y_noise)).mean(-1)
+            ll_s = self.log_lik(state, f, self.sampled_targets(state, f.detach(), y_noise)).mean(-1)
             g_s = flat_grads(torch.autograd.grad(ll_s.sum(), params))
         w = torch.cat([t.detach().flatten(2) for t in params], -1)        # the sampled weights [R, S, P]
         v = (g - gin.unsqueeze(1) * w).mean(1)
@@ -266,9 +265,9 @@ class NoisyKFAC(_NoisyBase):
         layers = self._layers_from_hom(hom)
         with torch.enable_grad():
             f, acts, zs = forward_cache(self.model, layers, batch.x)
-            ll = self._log_lik_sum(state, f, batch.y).mean(-1)             # [R, S]
+            ll = self.log_lik(state, f, batch.y).mean(-1)             # [R, S]
             grads = torch.autograd.grad(ll.sum(), hom, retain_graph=True)
-            ll_s = self._log_lik_sum(state, f, self.sampled_targets(state, f.detach(), y_noise))
+            ll_s = self.log_lik(state, f, self.sampled_targets(state, f.detach(), y_noise))
             ds = torch.autograd.grad(ll_s.sum(), zs)                        # per-example Ds (sampled targets)
         new = dict(state)
         T_stats, T_inv = int(self.cfg.T_stats), int(self.cfg.T_inv)

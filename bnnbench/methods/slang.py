@@ -27,6 +27,7 @@ from bnnbench.linalg.low_rank import fast_eig, fast_inverse, fast_sample, kl_low
 from bnnbench.linalg.per_example import (forward_cache, gradient_gram, gradient_t_times, gradient_times,
                                          materialise, sum_grads, sum_sq_grads)
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
+from bnnbench.methods.natural import as_leaves
 
 
 def decayed(rate0: float, kappa: float, t: torch.Tensor) -> torch.Tensor:
@@ -68,8 +69,7 @@ class SLANG(Method):
         beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)[:, None]
 
         theta = self.sample(state, eps)
-        layers = [(W.detach().requires_grad_(True), b.detach().requires_grad_(True))
-                  for W, b in self.model.layers(theta)]
+        layers = as_leaves(self.model.layers(theta))
         with torch.enable_grad():
             f, acts, zs = forward_cache(self.model, layers, batch.x)
             nll_i = -likelihood_of(state, self.likelihood).log_prob(f, batch.y)
