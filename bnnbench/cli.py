@@ -48,6 +48,7 @@ def _run_app():
     def app(cfg):
         from bnnbench.data import DataError
         from bnnbench.engine import DivergenceError
+        from bnnbench.exact_vi import NotConvergedError
         from bnnbench.methods import UnknownMethodError
         from bnnbench.protocol import ConfigError
         from bnnbench.run import execute
@@ -55,8 +56,8 @@ def _run_app():
         run_dir = Path(hc.runtime.output_dir)
         try:
             record = execute(cfg, list(hc.overrides.task), run_dir)
-        except DivergenceError as e:
-            print(f"error: run diverged, no result written ({run_dir / 'failed.json'} has the reason): {e}",
+        except (DivergenceError, NotConvergedError) as e:
+            print(f"error: run failed, no result written ({run_dir / 'failed.json'} has the reason): {e}",
                   file=sys.stderr)
             sys.exit(3)
         except (ConfigError, DataError, UnknownMethodError) as e:
@@ -89,20 +90,22 @@ def list_names(group: str) -> list[str]:
 def cmd_reproduce(args) -> int:
     """Run every cell of an experiment that has no finished record, then write its tables."""
     from bnnbench.engine import DivergenceError
+    from bnnbench.exact_vi import NotConvergedError
     from bnnbench.protocol import ConfigError
     from bnnbench.run import execute
     spec = experiment_spec(args.experiment)
     for cell in spec["runs"]:
         cell_ov = [o.replace("{runs_root}", str(args.runs_root)) for o in cell.get("overrides", [])]
         ov = [f"experiment={args.experiment}", f"method={cell['method']}", f"data={cell['data']}",
-              f"runs_root={args.runs_root}", *cell_ov, *args.overrides]
+              f"runs_root={args.runs_root}", *([f"label={cell['label']}"] if cell.get("label") else []),
+              *cell_ov, *args.overrides]
         cfg = compose(ov)
-        run_dir = Path(args.runs_root) / args.experiment / cfg.method.name / cfg.data.name.replace("/", "__")
-        print(f"== {args.experiment}: {cell['method']} on {cell['data']} -> {run_dir}", flush=True)
+        run_dir = Path(args.runs_root) / args.experiment / cfg.label / cfg.data.name.replace("/", "__")
+        print(f"== {args.experiment}: {cfg.label} on {cell['data']} -> {run_dir}", flush=True)
         try:
             rec = execute(cfg, ov, run_dir)
             print("\n".join(_summary_lines(rec)), flush=True)
-        except DivergenceError as e:
+        except (DivergenceError, NotConvergedError) as e:
             print(f"   FAILED (recorded in failed.json, not a result): {e}", flush=True)
         except ConfigError as e:
             print(f"   skipped: {e}", flush=True)

@@ -122,6 +122,7 @@ class TrainResult:
     wall_time_s: float
     steps: int
     diverged: torch.Tensor  # [R] bool
+    method: Method | None = None
 
 
 def epoch_batches(data: ReplicaData, batch_size: int, generator: torch.Generator):
@@ -251,4 +252,4 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
                                          "elapsed": time.perf_counter() - t0, "history": history.to_dict(),
                                          "diverged": diverged, "generator": generator.get_state()})
     final = {k: torch.tensor(v) for k, v in history.metrics[-1].items()} if history.metrics else {}
-    return TrainResult(state, history, final, time.perf_counter() - t0, steps, diverged)
+    return TrainResult(state, history, final, time.perf_counter() - t0, steps, diverged, method)

@@ -49,6 +49,8 @@ class RunSpec:
     splits: object = "all"
     split_scheme: dict | None = None  # {"kind": "random", ...}: the protocol's own splits instead of the data set's
     lr_drop: dict | None = None       # {"at": fraction of the epochs, "factor": f}: step sizes x f from then on
+    posterior_metrics: str | None = None  # "logreg": SLANG Table 1 metrics of the Gaussian q (bnnbench.logreg)
+    exact_gtol: float | None = None   # gradient tolerance of the exact (L-BFGS) solutions (posterior_metrics)
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -111,7 +113,7 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
 
     hidden = cfg.model.get("hidden")
     if hidden is None or "hidden" not in explicit_keys(overrides, "model"):
-        hidden = ds.get("hidden") or proto.get("hidden") or hidden or [50]
+        hidden = next((h for h in (ds.get("hidden"), proto.get("hidden"), hidden) if h is not None), [50])
         if isinstance(hidden, str) and hidden.startswith("meta:"):
             hidden = [int(float(meta[hidden[5:]]))] if meta else [50]
 
@@ -162,6 +164,8 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
                    space=space, fixed=fixed, hpo=hpo,
                    split_scheme=OmegaConf.to_container(proto.split_scheme) if proto.get("split_scheme") else None,
                    lr_drop=OmegaConf.to_container(proto.lr_drop) if proto.get("lr_drop") else None,
+                   posterior_metrics=proto.get("posterior_metrics"),
+                   exact_gtol=float(proto.exact_gtol) if proto.get("exact_gtol") is not None else None,
                    splits=OmegaConf.to_container(proto.splits)
                    if isinstance(proto.get("splits"), DictConfig) or OmegaConf.is_list(proto.get("splits"))
                    else proto.get("splits", "all"))

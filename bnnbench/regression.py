@@ -32,14 +32,15 @@ def main(args) -> int:
         old = load_table(table)
         done = []
         for cell in spec["runs"]:
-            src = results / "runs" / exp / cell["method"] / cell["data"].replace("/", "__")
+            label = cell.get("label") or cell["method"]
+            src = results / "runs" / exp / label / cell["data"].replace("/", "__")
             if cell["data"] not in FAST_DATASETS or not (src / "record.json").exists():
                 continue
             ov = [f"experiment={exp}", f"method={cell['method']}", f"data={cell['data']}", "hpo=recorded",
                   f"hpo.record={src}", f"runs_root={runs_root}", "progress=false", "skip_done=false",
-                  *cell.get("overrides", [])]
-            run_dir = runs_root / exp / cell["method"] / cell["data"].replace("/", "__")
-            print(f"== regression {exp}: {cell['method']} on {cell['data']}", flush=True)
+                  f"label={label}", *cell.get("overrides", [])]
+            run_dir = runs_root / exp / label / cell["data"].replace("/", "__")
+            print(f"== regression {exp}: {label} on {cell['data']}", flush=True)
             execute(compose(ov), ov, run_dir)
             done.append(cell)
         if not done:

@@ -25,7 +25,8 @@ from bnnbench.methods import Problem, method_class
 from bnnbench.metrics import STDERR_CONVENTION, summarise
 from bnnbench.models import MLP
 from bnnbench.protocol import ConfigError, RunSpec, resolve
-from bnnbench import results
+from bnnbench import logreg, results
+from bnnbench.exact_vi import NotConvergedError
 
 
 def _log(msg: str) -> None:
@@ -248,6 +249,8 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
         return results.load_record(run_dir)
 
     ck_hpo, ck_fit = Path(run_dir) / f".hpo-{chash}.pt", Path(run_dir) / f".checkpoint-{chash}.pt"
+    if cfg.method.name in logreg.EXACT_METHODS:
+        return _execute_exact(spec, ds, splits, base, run_dir, t0, commit)
     if spec.hpo.get("kind") == "recorded":
         hparams = _recorded_hparams(spec, splits)
         trace = []
@@ -270,6 +273,11 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
         raise
     keys = [k for k in res.final if k != "train_objective"]
     per_split = [{"split": s.name, **{k: float(res.final[k][i]) for k in keys}} for i, s in enumerate(splits)]
+    if spec.posterior_metrics == "logreg":
+        rows = logreg.method_metrics(res.method, res.state, ds, splits, _logreg_priors(spec, ds, hparams),
+                                     spec.exact_gtol or 1e-6)
+        per_split = [{**p, **r} for p, r in zip(per_split, rows)]
+        keys = [*keys, *rows[0]]
     record = {**base, "metrics": per_split,
               "summary": {k: summarise([m[k] for m in per_split]) for k in keys},
               "stderr_convention": STDERR_CONVENTION, "loglik_convention_of_paper": spec.loglik,
@@ -280,6 +288,40 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
                                                    "splits": [s.name for s in splits]})
     ck_fit.unlink(missing_ok=True)
     ck_hpo.unlink(missing_ok=True)
+    return record
+
+
+def _logreg_priors(spec, ds, hparams):
+    if spec.model_hidden:
+        raise ConfigError("posterior_metrics=logreg needs a linear model (protocol hidden: [])")
+    D = int(np.prod(ds.X.shape[1:]))
+    return [logreg.prior_vector(D, h.get("prior_prec", 1.0), spec.bias_prior_prec) for h in hparams]
+
+
+def _execute_exact(spec, ds, splits, base, run_dir, t0, commit):
+    """The exact Gaussian VI columns (``exact_full``, ``exact_mf``): L-BFGS per split, no training loop."""
+    if spec.task != "binary":
+        raise ConfigError(f"{base['method']} is exact VI for logistic regression; {ds.name} is a {spec.task} data set")
+    if spec.hpo.get("kind") not in ("fixed", None):
+        raise ConfigError(f"{base['method']} takes the protocol's fixed prior precision (hpo=fixed)")
+    hparams = [dict(spec.fixed) for _ in splits]
+    lams = _logreg_priors(spec, ds, hparams)
+    family = logreg.EXACT_METHODS[base["method"]]
+    gtol = spec.exact_gtol or 1e-6
+    try:
+        rows, iters = logreg.exact_metrics(ds, splits, lams, family, gtol)
+    except NotConvergedError as e:
+        results.write_failure(run_dir, str(e), {**base, "hparams": hparams, "wall_time_s": time.perf_counter() - t0})
+        raise
+    per_split = [{"split": s.name, **r} for s, r in zip(splits, rows)]
+    record = {**base, "metrics": per_split,
+              "summary": {k: summarise([m[k] for m in per_split]) for k in rows[0]},
+              "stderr_convention": STDERR_CONVENTION, "loglik_convention_of_paper": spec.loglik,
+              "hparams": [{"split": s.name, **h} for s, h in zip(splits, hparams)], "hpo_trace": [],
+              "exact": {"family": family, "gtol": gtol, "lbfgs_iterations": iters},
+              "wall_time_s": time.perf_counter() - t0, "hpo_time_s": 0.0, "train_time_s": time.perf_counter() - t0,
+              "train_steps": iters, "versions": results.versions(), "git_commit": commit}
+    results.write_record(run_dir, record)
     return record
 
 

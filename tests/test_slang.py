@@ -56,15 +56,16 @@ def test_full_rank_slang_equals_full_gaussian_ef_update(eig, per_example):
         assert torch.allclose(state["mean"][0], mean, rtol=1e-8, atol=1e-10)
 
 
-def test_low_rank_keeps_top_eigenvalues_and_the_exact_diagonal():
+@pytest.mark.parametrize("S", [2, 4])  # P = 13 > L + MS = 10: Gram route; 13 <= 18: dense P x P route
+def test_low_rank_keeps_top_eigenvalues_and_the_exact_diagonal(S):
     """With L < D the precision's diagonal is still exact (eqs. 8-10) and U U^T holds the top-L part."""
-    model, method, state, batch, g, (N, tau, lam) = _setup(rank=2, eig="gram", momentum=0.0)
+    model, method, state, batch, g, (N, tau, lam) = _setup(rank=2, eig="gram", momentum=0.0, S=S)
     for t in range(1, 4):
         noise = method.noise(state, batch, g)
         theta = method.sample(state, noise[0])[0]
         U_old, d_old = state["U"][0], state["d"][0]
         state, _ = method.step(state, batch, noise)
-        grads = torch.cat([per_example_grads(model, _nll(tau), theta[s], batch.x[0], batch.y[0]) for s in range(2)])
+        grads = torch.cat([per_example_grads(model, _nll(tau), theta[s], batch.x[0], batch.y[0]) for s in range(S)])
         G_hat = N / grads.shape[0] * grads.T @ grads
         target = 0.8 * U_old @ U_old.T + 0.2 * G_hat
         U, d = state["U"][0], state["d"][0]

@@ -102,6 +102,11 @@ class Method:
         evaluates); ``None`` where the step's objective already is the full one."""
         return None
 
+    def gaussian(self, state: State) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Gaussian q(theta) = N(mean, cov) per replica as dense ``(mean [R, P], cov [R, P, P])``,
+        for methods whose posterior is Gaussian (small models: logistic regression, SLANG Table 1)."""
+        raise NotImplementedError(f"{self.name} has no Gaussian posterior to report")
+
     def _predictive(self, state: State, f: torch.Tensor) -> Predictive:
         return Predictive(f=f, noise_prec=state.get("noise_prec"))
 

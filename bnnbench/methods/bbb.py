@@ -73,6 +73,9 @@ class BBB(Method):
                "m_rho": m_rho, "v_rho": v_rho, "t": t}
         return new, {"objective": obj.detach(), "nll": nll.detach(), "kl": kl.detach()}
 
+    def gaussian(self, state):
+        return state["mean"], torch.diag_embed(F.softplus(state["rho"]) ** 2)
+
     def sample_params(self, state, n_samples, generator):
         mean, sigma = state["mean"], F.softplus(state["rho"])
         eps = torch.randn(*mean.shape[:1], n_samples, mean.shape[1], generator=generator,

@@ -9,6 +9,9 @@ q(theta) = N(mu, Sigma), Sigma^-1 = prec [P, P]. With theta_s ~ q, s = 1..S, and
 with g the per-example NLL gradients and C = g g^T (``curvature: ef``), the Gauss-Newton
 J^T Lambda J (``ggn``), or the exact Hessian of the per-example NLL (``hessian``, by ``torch.func``).
 Step sizes decay as alpha_0 / (1 + t^kappa) (kappa = 0: constant). O(P^2) memory, O(P^3) per step.
+
+``covariance: diag`` is the mean-field version (the "Mean-Field EF / Hessian" columns of SLANG Table 1):
+prec is a vector and C is replaced by its diagonal, so the mean step divides by prec elementwise.
 """
 
 from __future__ import annotations
@@ -24,11 +27,20 @@ from bnnbench.methods.slang import decayed
 class FullGaussian(Method):
     name = "full_gaussian"
 
+    @property
+    def diagonal(self) -> bool:
+        cov = self.cfg.get("covariance", "full")
+        if cov not in ("full", "diag"):
+            raise ValueError(f"unknown covariance {cov!r}; valid: full, diag")
+        return cov == "diag"
+
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         R, P = problem.prior_prec.shape
         mean = self.model.init(R, generator, self.cfg.init_mean, device=problem.prior_prec.device,
                                dtype=problem.prior_prec.dtype)
-        prec = torch.diag_embed(torch.full_like(mean, float(self.cfg.prec_init)))
+        prec = torch.full_like(mean, float(self.cfg.prec_init))
+        if not self.diagonal:
+            prec = torch.diag_embed(prec)
         return {**hyper_state(problem), "mean": mean, "prec": prec,
                 "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
 
@@ -39,12 +51,15 @@ class FullGaussian(Method):
 
     def sample(self, state, eps):
         """theta = mu + L^-T eps with prec = L L^T, so Cov theta = prec^-1."""
+        if self.diagonal:
+            return state["mean"].unsqueeze(1) + eps * state["prec"].rsqrt().unsqueeze(1)
         L = torch.linalg.cholesky(state["prec"])
         z = torch.linalg.solve_triangular(L.transpose(-1, -2), eps.transpose(-1, -2), upper=True)
         return state["mean"].unsqueeze(1) + z.transpose(-1, -2)
 
     def curvature_and_grad(self, state, theta, batch):
-        """Sums over (sample, example) of the NLL gradients [R, P] and curvatures [R, P, P], and the NLL."""
+        """Sums over (sample, example) of the NLL gradients [R, P] and curvatures [R, P, P] (their
+        diagonals [R, P] with ``covariance: diag``), and the NLL."""
         layers = as_leaves(self.model.layers(theta))
         kind = self.cfg.curvature
         with torch.enable_grad():
@@ -53,7 +68,7 @@ class FullGaussian(Method):
             gs = torch.autograd.grad(nll_i.sum(), zs, retain_graph=kind == "ggn")
             G = materialise(self.model, [a.detach() for a in acts], gs)            # [R, P, S*M]
             if kind == "ef":
-                C = G @ G.transpose(1, 2)
+                C = (G * G).sum(-1) if self.diagonal else G @ G.transpose(1, 2)
             elif kind == "ggn":
                 if self.likelihood == "gaussian":
                     w = state["noise_prec"].sqrt().reshape(-1, 1, 1, 1)
@@ -63,9 +78,10 @@ class FullGaussian(Method):
                 else:
                     raise ValueError("curvature=ggn supports gaussian and bernoulli likelihoods")
                 J = materialise(self.model, [a.detach() for a in acts], torch.autograd.grad((f * w).sum(), zs))
-                C = J @ J.transpose(1, 2)
+                C = (J * J).sum(-1) if self.diagonal else J @ J.transpose(1, 2)
             elif kind == "hessian":
                 C = self._hessian(state, theta, batch)
+                C = C.diagonal(dim1=-2, dim2=-1) if self.diagonal else C
             else:
                 raise ValueError(f"unknown curvature {kind!r}; valid: ef, ggn, hessian")
         return G.sum(-1), C, nll_i.detach().mean(dim=(1, 2))
@@ -92,6 +108,10 @@ class FullGaussian(Method):
         theta = self.sample(state, noise)
         g_sum, C_sum, nll = self.curvature_and_grad(state, theta, batch)
         scale = state["n_data"].to(mean.dtype) / noise.shape[1] / batch.x.shape[1]          # N / (MS)
+        if self.diagonal:
+            new_prec = (1 - beta[:, None]) * prec + beta[:, None] * (scale[:, None] * C_sum + lam)
+            new_mean = mean - alpha[:, None] * (scale[:, None] * g_sum + lam * mean) / new_prec
+            return {**state, "mean": new_mean, "prec": new_prec, "t": t}, {"objective": nll, "nll": nll}
         b = beta[:, None, None]
         new_prec = (1 - b) * prec + b * (scale[:, None, None] * C_sum + torch.diag_embed(lam))
         new_prec = 0.5 * (new_prec + new_prec.transpose(-1, -2))
@@ -102,9 +122,16 @@ class FullGaussian(Method):
     def kl(self, state):
         """KL(N(mu, prec^-1) || N(0, diag(lambda)^-1)) with dense linear algebra."""
         lam, mean, prec = state["prior_prec"], state["mean"], state["prec"]
-        cov_diag = torch.linalg.inv(prec).diagonal(dim1=-2, dim2=-1)
+        if self.diagonal:
+            cov_diag, logdet = 1 / prec, prec.log().sum(-1)
+        else:
+            cov_diag, logdet = torch.linalg.inv(prec).diagonal(dim1=-2, dim2=-1), torch.logdet(prec)
         return 0.5 * ((lam * cov_diag).sum(-1) + (lam * mean * mean).sum(-1) - mean.shape[-1]
-                      + torch.logdet(prec) - torch.log(lam).sum(-1))
+                      + logdet - torch.log(lam).sum(-1))
+
+    def gaussian(self, state):
+        prec = state["prec"]
+        return state["mean"], torch.diag_embed(1 / prec) if self.diagonal else torch.linalg.inv(prec)
 
     def predict(self, state, x, n_samples, generator):
         R, P = state["mean"].shape

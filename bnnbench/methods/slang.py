@@ -15,7 +15,8 @@ Note: the authors' config key ``beta`` is 1 - beta_0; here ``beta`` is the paper
 Step 3 is exact by default (``eig: gram``): (1 - beta) U U^T + beta G_hat = B B^T with
 B = [sqrt(1 - beta) U, sqrt(beta N / MS) G], whose top eigenpairs follow from the small Gram matrix
 B^T B = V diag(e) V^T as U = B V_L; G^T G comes from activations and back-propagated gradients
-(``gradient_gram``) and G is never formed. ``eig: randomized`` uses the paper's randomised
+(``gradient_gram``) and G is never formed. Where P <= L + MS (logistic regression) the P x P matrix
+B B^T is the smaller one and is decomposed directly. ``eig: randomized`` uses the paper's randomised
 ``fast_eig`` on the same operator instead.
 """
 
@@ -95,6 +96,10 @@ class SLANG(Method):
         return ({**state, "mean": new_mean, "U": U_new, "d": d_new, "m": m, "t": t},
                 {"objective": nll, "nll": nll})
 
+    def gaussian(self, state):
+        U, d = state["U"], state["d"]
+        return state["mean"], torch.linalg.inv(U @ U.transpose(-1, -2) + torch.diag_embed(d))
+
     def kl(self, state):
         return kl_low_rank_to_diag(state["mean"], state["U"], state["d"], state["prior_prec"])
 
@@ -114,6 +119,13 @@ class SLANG(Method):
         def Gx(W):
             return G @ W if materialised else c * gradient_times(self.model, acts, gs, W)
 
+        n = acts[0].shape[1] * acts[0].shape[2]                              # S * M per-example gradients
+        if how == "gram" and P <= n + L:  # small models: eigh of the P x P matrix itself is the cheaper exact route
+            G = G if materialised else materialise(self.model, acts, gs) * c
+            A = a_U ** 2 * (U @ U.transpose(1, 2)) + G @ G.transpose(1, 2)
+            e, V = torch.linalg.eigh(0.5 * (A + A.transpose(1, 2)))
+            e, V = e.flip(-1)[:, :L], V.flip(-1)[:, :, :L]
+            return V * (e.clamp_min(0).sqrt() * (e > 1e-6).to(U.dtype)).unsqueeze(1)
         if how == "gram":
             UU = a_U ** 2 * (U.transpose(1, 2) @ U)
             UG = a_U * Gt(U).transpose(1, 2)                               # [R, L, n]

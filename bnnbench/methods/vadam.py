@@ -69,6 +69,9 @@ class Vadam(Method):
     def kl(self, state):
         return kl_to_prior(state, state["mean"], self.posterior_prec(state))
 
+    def gaussian(self, state):
+        return state["mean"], torch.diag_embed(1 / self.posterior_prec(state))
+
     def predict(self, state, x, n_samples, generator):
         mean = state["mean"]
         eps = torch.randn(mean.shape[0], n_samples, mean.shape[1], generator=generator, device=mean.device,

@@ -49,6 +49,9 @@ class VOGN(Method):
         new_mean = mean - alpha * (g_hat + lam * mean) / prec
         return {**state, "mean": new_mean, "prec": prec, "t": state["t"] + 1}, {"objective": nll, "nll": nll}
 
+    def gaussian(self, state):
+        return state["mean"], torch.diag_embed(1 / state["prec"])
+
     def kl(self, state):
         return kl_to_prior(state, state["mean"], state["prec"])
 

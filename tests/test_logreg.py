@@ -1,0 +1,165 @@
+"""Logistic regression (SLANG Table 1): the mean-field natural-gradient updates against loops over
+examples, each method's Gaussian q against its own sampler, the parameter order shared with
+``exact_vi``, and the exact / stochastic columns end to end on a real data set."""
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from bnnbench import exact_vi, logreg
+from bnnbench.cli import compose
+from bnnbench.methods import METHODS, Batch, Problem
+from bnnbench.models import MLP
+from bnnbench.run import execute
+
+DT = torch.float64
+REPO = Path(__file__).resolve().parents[1]
+MIRROR = Path(os.environ.get("BNNBENCH_TEST_MIRROR", REPO.parent / "shared" / "data"))
+
+
+def _bernoulli_nll(f, y):
+    return torch.nn.functional.softplus(f[0]) - y * f[0]
+
+
+def _logreg_problem(method_name, cfg, D=4, M=6, N=40, R=1, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    model = MLP([D, 1])
+    method = METHODS[method_name](OmegaConf.create(cfg), model, "bernoulli")
+    lam = torch.rand(R, model.n_params, generator=g, dtype=DT) + 0.5
+    prob = Problem("bernoulli", torch.full((R,), N), lam)
+    state = method.init(prob, g)
+    x = torch.randn(R, M, D, generator=g, dtype=DT)
+    y = (torch.rand(R, M, generator=g, dtype=DT) < 0.5).to(DT)
+    return model, method, state, Batch(x, y, torch.full((R,), N)), g
+
+
+@pytest.mark.parametrize("curvature", ["ef", "ggn"])
+def test_mean_field_natural_gradient_step_against_a_loop(curvature):
+    """prec <- (1-b) prec + b (N/MS sum_{i,s} diag c_is + lam); mu <- mu - a (N/MS sum g_is + lam mu) / prec,
+    with c = g^2 (EF) or sigmoid'(f) x^2 (Hessian of the logistic NLL), decayed a_t, b_t."""
+    cfg = dict(curvature=curvature, covariance="diag", lr=0.3, beta=0.2, decay_lr=0.51, decay_beta=0.51,
+               train_samples=3, prec_init=1.0, init_mean="uniform_fan_in")
+    model, method, state, batch, g = _logreg_problem("full_gaussian", cfg)
+    mean, prec, lam = state["mean"][0].clone(), state["prec"][0].clone(), state["prior_prec"][0]
+    N, M = 40, batch.x.shape[1]
+    for t in range(1, 4):
+        noise = method.noise(state, batch, g)
+        theta = method.sample(state, noise)[0]                              # [S, P]
+        assert torch.allclose(theta, mean + noise[0] / prec.sqrt())
+        state, _ = method.step(state, batch, noise)
+        g_sum, c_sum = torch.zeros_like(mean), torch.zeros_like(mean)
+        for s in range(theta.shape[0]):
+            for i in range(M):
+                xi = torch.cat([batch.x[0, i], torch.ones(1, dtype=DT)])   # [w, b] order of the MLP
+                f = xi @ theta[s]
+                gi = (torch.sigmoid(f) - batch.y[0, i]) * xi
+                g_sum += gi
+                c_sum += gi * gi if curvature == "ef" else torch.sigmoid(f) * (1 - torch.sigmoid(f)) * xi * xi
+        scale = N / (M * theta.shape[0])
+        a, b = 0.3 / (1 + t ** 0.51), 0.2 / (1 + t ** 0.51)
+        prec = (1 - b) * prec + b * (scale * c_sum + lam)
+        mean = mean - a * (scale * g_sum + lam * mean) / prec
+        assert torch.allclose(state["prec"][0], prec, rtol=1e-10)
+        assert torch.allclose(state["mean"][0], mean, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name, cfg", [
+    ("slang", dict(rank=2, lr=0.1, beta=0.3, momentum=0.0, train_samples=2, s_init=1.0, init_mean="zero")),
+    ("full_gaussian", dict(curvature="ef", covariance="full", lr=0.1, beta=0.3, train_samples=2, prec_init=1.0,
+                           init_mean="zero")),
+    ("full_gaussian", dict(curvature="ggn", covariance="diag", lr=0.1, beta=0.3, train_samples=2, prec_init=1.0,
+                           init_mean="zero")),
+])
+def test_gaussian_is_the_covariance_the_method_samples_from(name, cfg):
+    model, method, state, batch, g = _logreg_problem(name, cfg, D=3)
+    for _ in range(3):
+        state, _ = method.update(state, batch, g)
+    mean, cov = method.gaussian(state)
+    if name == "slang":
+        assert state["U"].abs().sum() > 0  # the low-rank part is in use
+    eps = torch.randn(1, 400000, model.n_params, generator=g, dtype=DT)
+    theta = method.sample(state, eps)[0]
+    emp = torch.cov(theta.T)
+    assert torch.allclose(theta.mean(0), mean[0], atol=5e-3 * cov[0].diagonal().sqrt().max())
+    assert torch.allclose(emp, cov[0], atol=1e-2 * cov[0].diagonal().max())
+
+
+def test_design_order_matches_the_linear_model():
+    g = torch.Generator().manual_seed(1)
+    model = MLP([5, 1])
+    theta = torch.randn(1, 1, model.n_params, generator=g, dtype=DT)
+    X = torch.randn(1, 7, 5, generator=g, dtype=DT)
+    f = model.forward(theta, X)[0, 0, :, 0].numpy()
+    assert np.allclose(logreg.design(X[0].numpy()) @ logreg.to_design_order(theta[0, 0].numpy()), f)
+    A = np.arange(36.0).reshape(6, 6)
+    perm = [5, 0, 1, 2, 3, 4]
+    assert np.array_equal(logreg.cov_to_design_order(A), A[np.ix_(perm, perm)])
+    assert np.array_equal(logreg.prior_vector(3, 2.0, 1e-5), [1e-5, 2.0, 2.0, 2.0])
+
+
+def test_posterior_metrics_of_the_exact_solution():
+    rng = np.random.default_rng(0)
+    X = logreg.design(rng.normal(size=(60, 3)))
+    y = (rng.random(60) < 0.5).astype(float)
+    lam = logreg.prior_vector(3, 1.0, 1e-5)
+    full = exact_vi.fit_exact(X[:40], y[:40], lam, "full")
+    mf = exact_vi.fit_exact(X[:40], y[:40], lam, "mf")
+    ref = (full.mean, full.cov)
+    m_full = logreg.posterior_metrics(full.mean, full.cov, X[:40], y[:40], X[40:], y[40:], lam, ref)
+    m_mf = logreg.posterior_metrics(mf.mean, mf.cov, X[:40], y[:40], X[40:], y[40:], lam, ref)
+    assert m_full["sym_kl"] == pytest.approx(0.0, abs=1e-12)
+    assert m_mf["sym_kl"] > 0
+    assert m_full["neg_elbo"] == pytest.approx(full.neg_elbo_per_point, rel=1e-10)
+    assert m_full["neg_elbo"] < m_mf["neg_elbo"]
+    # paper convention: drop 0.5 log(lam_bias) / N from the KL, Marlin bound (<= 2e-4 per point above)
+    shift = 0.5 * math.log(1e-5) / 40
+    assert m_full["neg_elbo"] + shift <= m_full["neg_elbo_paper"] <= m_full["neg_elbo"] + shift + 2e-4
+    assert m_full["test_nll"] == pytest.approx(exact_vi.test_nll(full.mean, full.cov, X[40:], y[40:]))
+
+
+needs_mirror = pytest.mark.skipif(not (MIRROR / "MANIFEST.md").is_file(), reason="needs the data mirror")
+
+
+@pytest.fixture()
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNNBENCH_MIRROR", str(MIRROR))
+    monkeypatch.setenv("BNNBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("BNNBENCH_OFFLINE", "1")
+
+
+def _run(tmp_path, method, *extra, label=None):
+    ov = ["experiment=slang_table1", f"method={method}", "data=libsvm/breast_cancer", "protocol.splits=[0,1]",
+          "progress=false", f"runs_root={tmp_path}", *([f"label={label}"] if label else []), *extra]
+    cfg = compose(ov)
+    run_dir = tmp_path / "slang_table1" / cfg.label / "libsvm__breast_cancer"
+    return execute(cfg, ov, run_dir, log=lambda m: None), run_dir
+
+
+@needs_mirror
+def test_exact_columns_end_to_end(tmp_path, env):
+    full, d_full = _run(tmp_path, "exact_full")
+    mf, d_mf = _run(tmp_path, "exact_mf")
+    assert json.loads((d_full / "record.json").read_text())["summary"] == full["summary"]
+    assert d_mf.name == "libsvm__breast_cancer" and d_mf.parent.name == "exact_mf"
+    assert [m["sym_kl"] for m in full["metrics"]] == pytest.approx([0.0, 0.0], abs=1e-9)
+    assert all(m["sym_kl"] > 1 for m in mf["metrics"])
+    assert all(a["neg_elbo"] < b["neg_elbo"] for a, b in zip(full["metrics"], mf["metrics"]))
+    assert full["hparams"][0]["prior_prec"] == 1.0 and full["exact"]["gtol"] == 1e-5
+
+
+@needs_mirror
+def test_stochastic_column_end_to_end(tmp_path, env):
+    rec, run_dir = _run(tmp_path, "full_gaussian", "method.curvature=ggn", "protocol.epochs=30",
+                        "protocol.eval_every=10", label="full_hessian")
+    assert run_dir.parent.name == "full_hessian"
+    for k in ("neg_elbo", "neg_elbo_paper", "test_nll", "sym_kl", "nll", "error"):
+        assert rec["summary"][k]["n"] == 2, k
+    # after 30 epochs the natural-gradient Hessian method is close to the exact full Gaussian
+    assert rec["summary"]["sym_kl"]["mean"] < 5.0
+    assert rec["config"]["spec"]["model_hidden"] == []
