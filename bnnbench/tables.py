@@ -626,11 +626,12 @@ def _counts(df: pd.DataFrame) -> tuple[str, list[str]]:
 
 
 def render_markdown(df: pd.DataFrame, spec: Mapping, wall_time_s: float | None = None) -> str:
-    """People-facing Markdown: title, conventions, wide table, counts, notes, wall time.
+    """People-facing Markdown: title, conventions, table, counts, notes, wall time.
 
     The table has one row per dataset and, per (metric, method), three columns:
     ``<METRIC> <Method> ours`` (mean ± se), ``... paper`` (as printed, ± error)
-    and ``...`` verdict (ok / better / **WORSE** / not run).
+    and ``...`` verdict (ok / better / **WORSE** / not run); with ``layout: long`` in the
+    spec, one row per published cell instead.
     """
     df = _norm_keys(df)
     title = str(spec.get("title") or spec.get("name") or "Results")
@@ -639,6 +640,48 @@ def render_markdown(df: pd.DataFrame, spec: Mapping, wall_time_s: float | None =
         out.append(line + "  ")
     out.append("")
 
+    if spec.get("layout") == "long":
+        out += _long_rows(df, spec)
+    else:
+        out += _wide_rows(df, spec)
+    out.append("")
+    line, _ = _counts(df)
+    out.append("**" + line + "**")
+    out.append("")
+    notes = spec.get("notes")
+    if notes:
+        out.append("Notes: " + str(notes).strip())
+        out.append("")
+    if wall_time_s is None:
+        wall_time_s = total_wall_time(df)
+    if wall_time_s is not None and not _is_missing(wall_time_s):
+        out.append(f"Total wall time of the runs behind this table: "
+                   f"{_fmt_duration(float(wall_time_s))}.")
+        out.append("")
+    return "\n".join(out)
+
+
+def _verdict_md(r) -> str:
+    v = _VERDICT_WORDS_MD.get(r["verdict"], r["verdict"])
+    if r["verdict"] == "not_run" and r.get("run_status") not in (None, "", "missing"):
+        v = f"not run ({r['run_status']})"
+    return v
+
+
+def _long_rows(df: pd.DataFrame, spec: Mapping) -> list[str]:
+    """``layout: long``: one row per published cell (dataset, metric, method), for tables with many columns."""
+    out = ["| Dataset | Metric | Method | ours | paper | verdict |", "|---|---|---|--:|--:|:-:|"]
+    for r in df.to_dict("records"):
+        ours, paper = _cell_strings(r)
+        cells = [r["dataset"], _metric_label(r["metric"], spec), _method_label(r["method"], r["setting"]),
+                 ours, paper, _verdict_md(r)]
+        out.append("| " + " | ".join(_md_escape(str(c)) for c in cells) + " |")
+    return out
+
+
+def _wide_rows(df: pd.DataFrame, spec: Mapping) -> list[str]:
+    """One row per dataset; per (metric, method) the columns ours, paper, verdict."""
+    out = []
     groups = _groups(df, spec)
     header = ["Dataset"]
     for metric, method, setting in groups:
@@ -655,26 +698,9 @@ def render_markdown(df: pd.DataFrame, spec: Mapping, wall_time_s: float | None =
                 cells += ["", "", "\u2013"]  # not published for this dataset
                 continue
             ours, paper = _cell_strings(r)
-            v = _VERDICT_WORDS_MD.get(r["verdict"], r["verdict"])
-            if r["verdict"] == "not_run" and r.get("run_status") not in (None, "", "missing"):
-                v = f"not run ({r['run_status']})"
-            cells += [ours, paper, v]
+            cells += [ours, paper, _verdict_md(r)]
         out.append("| " + " | ".join(_md_escape(str(c)) for c in cells) + " |")
-    out.append("")
-    line, _ = _counts(df)
-    out.append("**" + line + "**")
-    out.append("")
-    notes = spec.get("notes")
-    if notes:
-        out.append("Notes: " + str(notes).strip())
-        out.append("")
-    if wall_time_s is None:
-        wall_time_s = total_wall_time(df)
-    if wall_time_s is not None and not _is_missing(wall_time_s):
-        out.append(f"Total wall time of the runs behind this table: "
-                   f"{_fmt_duration(float(wall_time_s))}.")
-        out.append("")
-    return "\n".join(out)
+    return out
 
 
 def _md_escape(s: str) -> str:
