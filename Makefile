@@ -5,7 +5,7 @@ PY      = $(VENV)/bin/python
 BNN     = $(VENV)/bin/bnnbench
 TORCH  ?= torch==2.13.0
 RUNS   ?= results/runs
-EXPERIMENTS ?= slang_table2 vadam_table1 nng_table1
+EXPERIMENTS ?= slang_table1 slang_table2 vadam_table1 nng_table1
 
 .PHONY: install test test-slow data reproduce-tables tables bench regression clean
 

@@ -124,10 +124,13 @@ def cmd_table(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from bnnbench.plots import convergence_figure
+    from bnnbench.plots import convergence_figure, covariance_figure
     spec = experiment_spec(args.experiment)
     out = convergence_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_convergence.png")
     print(f"wrote {out}" if out else f"no run histories of {args.experiment} under {args.runs_root}")
+    if (spec.get("figure") or {}).get("covariance"):
+        out = covariance_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_covariance.png")
+        print(f"wrote {out}" if out else f"no stored posteriors of {args.experiment} under {args.runs_root}")
     return 0
 
 
@@ -202,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("experiment")
     t.add_argument("--runs-root", default="runs")
     t.add_argument("--out", default="results/tables")
-    pl = sub.add_parser("plot", help="convergence figure of an experiment from its stored run histories")
+    pl = sub.add_parser("plot", help="an experiment's figures from its stored run records (no training)")
     pl.add_argument("experiment")
     pl.add_argument("--runs-root", default="runs")
     pl.add_argument("--out", default="results/figures")

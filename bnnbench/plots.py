@@ -1,8 +1,12 @@
-"""Convergence figures from stored run histories (no retraining).
+"""Figures from stored run records (no retraining).
 
-For each data set of an experiment and each metric, the mean over splits and a band of one
-standard error (std(ddof=0)/sqrt(n)) against epochs, one line per method (the experiment's
-``figure.methods``, else its table methods).
+Convergence: for each data set of an experiment and each metric (the experiment's ``figure.metrics``,
+default RMSE and joint test LL), the mean over splits and a band of one standard error
+(std(ddof=0)/sqrt(n)) against epochs, one line per method (``figure.methods``, else the table's).
+
+Covariance (SLANG Figure 1, ``figure.covariance``): for the first split of one data set, the
+off-diagonal covariance of the Full-Gaussian Exact posterior beside that of each low-rank method
+(heatmaps, one colour scale), and the mean and variance of every weight for all of them.
 """
 
 from __future__ import annotations
@@ -20,16 +24,33 @@ def load_history(run_dir: Path) -> dict | None:
     return json.loads(p.read_text())
 
 
-def convergence_figure(spec: dict, runs_root: Path, out: Path, metrics=("rmse", "loglik_joint")) -> Path | None:
+def _method_names(spec: dict) -> dict[str, str]:
+    return {m: v.get("paper_method", m) + (f" ({v['setting']})" if v.get("setting") else "")
+            for m, v in spec["methods"].items()}
+
+
+def _save(fig, out: Path) -> Path:
+    import matplotlib.pyplot as plt
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.stem}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(out)
+    return out
+
+
+def convergence_figure(spec: dict, runs_root: Path, out: Path, metrics=None) -> Path | None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     datasets = spec["datasets"]
     fig_spec = spec.get("figure") or {}
+    metrics = list(metrics or fig_spec.get("metrics") or ("rmse", "loglik_joint"))
     methods = list(fig_spec.get("methods") or spec["methods"])
-    names = {**{m: v.get("paper_method", m) for m, v in spec["methods"].items()}, **(fig_spec.get("labels") or {})}
-    labels = {k: v.get("label", k) for k, v in spec.get("metrics", {}).items()}
+    names = {**_method_names(spec), **(fig_spec.get("labels") or {})}
+    labels = {**{k: v.get("label", k) for k, v in spec.get("metrics", {}).items()},
+              **(fig_spec.get("metric_labels") or {})}
     fig, axes = plt.subplots(len(metrics), len(datasets), figsize=(2.6 * len(datasets), 2.3 * len(metrics)),
                              squeeze=False)
     drawn, legend_ax = 0, None
@@ -55,11 +76,57 @@ def convergence_figure(spec: dict, runs_root: Path, out: Path, metrics=("rmse", 
         plt.close(fig)
         return None
     legend_ax.legend(fontsize=7)
-    fig.suptitle(f"{spec['name']}: test metrics during training (mean +- se over splits)", fontsize=9)
+    fig.suptitle(f"{spec['name']}: metrics during training (mean +- se over splits)", fontsize=9)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
-    return out
+    return _save(fig, out)
+
+
+def covariance_figure(spec: dict, runs_root: Path, out: Path) -> Path | None:
+    """SLANG Figure 1 from the ``posterior.npz`` of each run (first split, design order: bias first)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bnnbench.logreg import load_posterior
+    cs = (spec.get("figure") or {}).get("covariance")
+    if not cs:
+        return None
+    names = _method_names(spec)
+    slug = cs["dataset"].replace("/", "__")
+    post = {m: load_posterior(Path(runs_root) / spec["name"] / m / slug)
+            for m in [cs["reference"], *cs["methods"], *cs.get("lines", [])]}
+    post = {m: p for m, p in post.items() if p is not None}
+    if cs["reference"] not in post:
+        return None
+    heat = [m for m in [cs["reference"], *cs["methods"]] if m in post]
+    fig, axes = plt.subplots(2, max(len(heat), 2), figsize=(3.0 * max(len(heat), 2), 5.8), squeeze=False)
+
+    def offdiag(c):
+        c = c[1:, 1:].copy()  # weights only
+        np.fill_diagonal(c, np.nan)
+        return c
+
+    ref = offdiag(post[cs["reference"]][1])
+    lim = np.nanmax(np.abs(ref))
+    for j, m in enumerate(heat):
+        im = axes[0, j].imshow(offdiag(post[m][1]), cmap="RdBu_r", vmin=-lim, vmax=lim)
+        axes[0, j].set_title(names.get(m, m), fontsize=8)
+        axes[0, j].set_xticks([]), axes[0, j].set_yticks([])
+    fig.colorbar(im, ax=list(axes[0, :len(heat)]), shrink=0.8)
+    for j in range(len(heat), axes.shape[1]):
+        axes[0, j].axis("off")
+    order = np.argsort(post[cs["reference"]][0][1:])
+    for m in [cs["reference"], *cs["methods"], *cs.get("lines", [])]:
+        if m not in post:
+            continue
+        mean, cov = post[m]
+        axes[1, 0].plot(mean[1:][order], lw=0.8, label=names.get(m, m))
+        axes[1, 1].plot(np.diag(cov)[1:][order], lw=0.8, label=names.get(m, m))
+    axes[1, 0].set_title("mean per weight (sorted by the exact mean)", fontsize=8)
+    axes[1, 1].set_title("variance per weight", fontsize=8)
+    axes[1, 1].set_yscale("log")
+    axes[1, 1].legend(fontsize=6)
+    for j in range(2, axes.shape[1]):
+        axes[1, j].axis("off")
+    fig.suptitle(f"{spec['name']}: posterior covariance on {cs['dataset']}, first split", fontsize=9)
+    return _save(fig, out)

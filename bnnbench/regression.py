@@ -3,7 +3,7 @@
 Re-runs the fast subset of every experiment whose table is committed in ``results/tables/``: the
 final trainings on the small UCI data sets, at the paper protocol, with the per-split
 hyper-parameters recorded in ``results/runs`` (``hpo=recorded``; repeating the Bayesian optimisation
-would take hours). Rebuilds those cells and fails when a cell that ``results/`` records as
+would take hours), and the exact logistic-regression columns on the two small LIBSVM data sets. Rebuilds those cells and fails when a cell that ``results/`` records as
 reproduced (or better) no longer is, printing the cells that moved. The runs are seeded and CPU
 training is deterministic, so on unchanged code the numbers are the recorded ones.
 """
@@ -15,10 +15,19 @@ from pathlib import Path
 import pandas as pd
 
 FAST_DATASETS = ("uci/boston", "uci/concrete", "uci/energy", "uci/wine", "uci/yacht")
+FAST_EXACT_DATASETS = ("libsvm/australian", "libsvm/breast_cancer")
+
+
+def is_fast(cell: dict) -> bool:
+    from bnnbench.logreg import EXACT_METHODS
+    if cell["method"] in EXACT_METHODS:
+        return cell["data"] in FAST_EXACT_DATASETS
+    return cell["data"] in FAST_DATASETS
 
 
 def main(args) -> int:
     from bnnbench.cli import compose, experiment_spec, list_names
+    from bnnbench.logreg import EXACT_METHODS
     from bnnbench.run import execute
     from bnnbench.tables import KEYS, build_table, compare_verdicts, load_table
 
@@ -34,10 +43,11 @@ def main(args) -> int:
         for cell in spec["runs"]:
             label = cell.get("label") or cell["method"]
             src = results / "runs" / exp / label / cell["data"].replace("/", "__")
-            if cell["data"] not in FAST_DATASETS or not (src / "record.json").exists():
+            if not is_fast(cell) or not (src / "record.json").exists():
                 continue
-            ov = [f"experiment={exp}", f"method={cell['method']}", f"data={cell['data']}", "hpo=recorded",
-                  f"hpo.record={src}", f"runs_root={runs_root}", "progress=false", "skip_done=false",
+            hpo = [] if cell["method"] in EXACT_METHODS else ["hpo=recorded", f"hpo.record={src}"]
+            ov = [f"experiment={exp}", f"method={cell['method']}", f"data={cell['data']}", *hpo,
+                  f"runs_root={runs_root}", "progress=false", "skip_done=false",
                   f"label={label}", *cell.get("overrides", [])]
             run_dir = runs_root / exp / label / cell["data"].replace("/", "__")
             print(f"== regression {exp}: {label} on {cell['data']}", flush=True)
@@ -53,7 +63,7 @@ def main(args) -> int:
         if len(moved):
             moved_all.append(moved.assign(experiment=exp))
         for _, r in new.merge(old_sub[KEYS + ["ours", "verdict"]], on=KEYS, suffixes=("", "_recorded")).iterrows():
-            print(f"   {r['dataset']:>9s} {r['method']:>6s} {r['metric']:>12s}: ours {r['ours']:.4f} "
+            print(f"   {r['dataset']:>13s} {r['method']:>19s} {r['setting']:>4s} {r['metric']:>12s}: ours {r['ours']:.4f} "
                   f"(recorded {r['ours_recorded']:.4f}) paper {r['paper']:g} -> {r['verdict']}"
                   f" (recorded {r['verdict_recorded']})")
     if moved_all:

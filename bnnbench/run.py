@@ -275,7 +275,7 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
     per_split = [{"split": s.name, **{k: float(res.final[k][i]) for k in keys}} for i, s in enumerate(splits)]
     if spec.posterior_metrics == "logreg":
         rows = logreg.method_metrics(res.method, res.state, ds, splits, _logreg_priors(spec, ds, hparams),
-                                     spec.exact_gtol or 1e-6)
+                                     spec.exact_gtol or 1e-6, run_dir=run_dir)
         per_split = [{**p, **r} for p, r in zip(per_split, rows)]
         keys = [*keys, *rows[0]]
     record = {**base, "metrics": per_split,
@@ -309,7 +309,7 @@ def _execute_exact(spec, ds, splits, base, run_dir, t0, commit):
     family = logreg.EXACT_METHODS[base["method"]]
     gtol = spec.exact_gtol or 1e-6
     try:
-        rows, iters = logreg.exact_metrics(ds, splits, lams, family, gtol)
+        rows, info = logreg.exact_metrics(ds, splits, lams, family, gtol, run_dir=run_dir)
     except NotConvergedError as e:
         results.write_failure(run_dir, str(e), {**base, "hparams": hparams, "wall_time_s": time.perf_counter() - t0})
         raise
@@ -318,9 +318,9 @@ def _execute_exact(spec, ds, splits, base, run_dir, t0, commit):
               "summary": {k: summarise([m[k] for m in per_split]) for k in rows[0]},
               "stderr_convention": STDERR_CONVENTION, "loglik_convention_of_paper": spec.loglik,
               "hparams": [{"split": s.name, **h} for s, h in zip(splits, hparams)], "hpo_trace": [],
-              "exact": {"family": family, "gtol": gtol, "lbfgs_iterations": iters},
+              "exact": {"family": family, "gtol": gtol, **info},
               "wall_time_s": time.perf_counter() - t0, "hpo_time_s": 0.0, "train_time_s": time.perf_counter() - t0,
-              "train_steps": iters, "versions": results.versions(), "git_commit": commit}
+              "train_steps": info["lbfgs_iterations"], "versions": results.versions(), "git_commit": commit}
     results.write_record(run_dir, record)
     return record
 

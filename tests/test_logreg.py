@@ -151,6 +151,9 @@ def test_exact_columns_end_to_end(tmp_path, env):
     assert all(m["sym_kl"] > 1 for m in mf["metrics"])
     assert all(a["neg_elbo"] < b["neg_elbo"] for a, b in zip(full["metrics"], mf["metrics"]))
     assert full["hparams"][0]["prior_prec"] == 1.0 and full["exact"]["gtol"] == 1e-5
+    assert full["exact"]["cached_solutions"] == 0 and full["exact"]["lbfgs_iterations"] > 0
+    again, _ = _run(tmp_path, "exact_full", "skip_done=false")   # the solutions are cached now
+    assert again["exact"]["cached_solutions"] == 2 and again["summary"] == full["summary"]
 
 
 @needs_mirror
@@ -163,3 +166,18 @@ def test_stochastic_column_end_to_end(tmp_path, env):
     # after 30 epochs the natural-gradient Hessian method is close to the exact full Gaussian
     assert rec["summary"]["sym_kl"]["mean"] < 5.0
     assert rec["config"]["spec"]["model_hidden"] == []
+
+
+@needs_mirror
+def test_figures_from_stored_posteriors(tmp_path, env):
+    from bnnbench.cli import experiment_spec
+    from bnnbench.plots import convergence_figure, covariance_figure
+    _, d_full = _run(tmp_path, "exact_full")
+    _run(tmp_path, "exact_mf")
+    _run(tmp_path, "slang", "method.rank=2", "protocol.epochs=4", "protocol.eval_every=2", label="slang_L1")
+    mean, cov = logreg.load_posterior(d_full)
+    assert mean.shape == (11,) and cov.shape == (11, 11) and np.allclose(cov, cov.T)
+    spec = experiment_spec("slang_table1")
+    spec["figure"]["covariance"]["dataset"] = "libsvm/breast_cancer"
+    assert covariance_figure(spec, tmp_path, tmp_path / "cov.png").stat().st_size > 0
+    assert convergence_figure(spec, tmp_path, tmp_path / "conv.png").stat().st_size > 0

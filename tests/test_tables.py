@@ -289,6 +289,17 @@ def test_render_markdown(runs):
     assert "7200 s (2.00 h)" in render_markdown(df, SPEC, wall_time_s=7200.0)
 
 
+def test_render_markdown_long_layout(runs):
+    spec = {**SPEC, "layout": "long"}
+    df = build_table(spec, runs)
+    md = render_markdown(df, spec)
+    rows = [l for l in md.splitlines() if l.startswith("| boston")]
+    assert len(rows) == len(df[df["dataset"] == "boston"]) == 4   # one row per published cell
+    assert any("RMSE" in r and "BBB" in r and "3.200 \u00b1 0.150" in r and "3.43 \u00b1 0.20" in r for r in rows)
+    assert sum("**WORSE**" in r for r in rows) == 1 and sum("not run (failed)" in r for r in rows) == 2
+    assert "| Dataset | Metric | Method | ours | paper | verdict |" in md
+
+
 def test_render_latex_and_write_tables(runs, tmp_path):
     df = build_table(SPEC, runs)
     tex = render_latex(df, SPEC)
