@@ -110,7 +110,7 @@ def cmd_reproduce(args) -> int:
         except ConfigError as e:
             print(f"   skipped: {e}", flush=True)
     cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out="results/figures"))
-    return cmd_table(args)
+    return cmd_table(args) if spec.get("reference") else 0
 
 
 def cmd_table(args) -> int:

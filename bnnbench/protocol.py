@@ -51,6 +51,7 @@ class RunSpec:
     lr_drop: dict | None = None       # {"at": fraction of the epochs, "factor": f}: step sizes x f from then on
     posterior_metrics: str | None = None  # "logreg": SLANG Table 1 metrics of the Gaussian q (bnnbench.logreg)
     exact_gtol: float | None = None   # gradient tolerance of the exact (L-BFGS) solutions (posterior_metrics)
+    restarts: int | None = None       # replicas per split with their own initialisation and noise ("<split>/<k>")
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -166,6 +167,7 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
                    lr_drop=OmegaConf.to_container(proto.lr_drop) if proto.get("lr_drop") else None,
                    posterior_metrics=proto.get("posterior_metrics"),
                    exact_gtol=float(proto.exact_gtol) if proto.get("exact_gtol") is not None else None,
+                   restarts=int(proto.restarts) if proto.get("restarts") else None,
                    splits=OmegaConf.to_container(proto.splits)
                    if isinstance(proto.get("splits"), DictConfig) or OmegaConf.is_list(proto.get("splits"))
                    else proto.get("splits", "all"))

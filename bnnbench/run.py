@@ -63,6 +63,14 @@ def select_splits(ds, which, scheme: dict | None = None) -> list:
     return [by_name[n] for n in names]
 
 
+def with_restarts(splits: list, restarts: int | None) -> list:
+    """Each split ``restarts`` times, named ``<split>/<k>`` (random restarts on the same data)."""
+    from bnnbench.data import Split
+    if not restarts:
+        return splits
+    return [Split(name=f"{s.name}/{k}", train=s.train, test=s.test) for s in splits for k in range(restarts)]
+
+
 def validate(cfg: DictConfig) -> None:
     """Fail at start, with the valid values, on settings that cannot work."""
     def need(ok, msg):
@@ -235,7 +243,7 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
     device = device_of(cfg)
     dtype = {"float32": torch.float32, "float64": torch.float64}[cfg.get("dtype", "float32")]
     torch.manual_seed(int(cfg.seed))
-    splits = select_splits(ds, spec.splits, spec.split_scheme)
+    splits = with_restarts(select_splits(ds, spec.splits, spec.split_scheme), spec.restarts)
     resolved = {"method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
                 "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
                 "dtype": cfg.get("dtype", "float32")}

@@ -181,3 +181,15 @@ def test_figures_from_stored_posteriors(tmp_path, env):
     spec["figure"]["covariance"]["dataset"] = "libsvm/breast_cancer"
     assert covariance_figure(spec, tmp_path, tmp_path / "cov.png").stat().st_size > 0
     assert convergence_figure(spec, tmp_path, tmp_path / "conv.png").stat().st_size > 0
+
+
+@needs_mirror
+def test_restarts_repeat_one_split_with_their_own_noise(tmp_path, env):
+    ov = ["experiment=slang_fig4", "method=full_gaussian", "label=mf_hessian", "method.covariance=diag",
+          "method.curvature=ggn", "data=libsvm/breast_cancer", "protocol.epochs=3", "protocol.restarts=3",
+          "progress=false", f"runs_root={tmp_path}"]
+    rec = execute(compose(ov), ov, tmp_path / "run", log=lambda m: None)
+    assert [m["split"] for m in rec["metrics"]] == ["0/0", "0/1", "0/2"]
+    kls = [m["sym_kl"] for m in rec["metrics"]]
+    assert len(set(kls)) == 3                                   # different noise per restart
+    assert rec["summary"]["sym_kl"]["n"] == 3
