@@ -6,6 +6,7 @@ BNN     = $(VENV)/bin/bnnbench
 TORCH  ?= torch==2.13.0
 RUNS   ?= results/runs
 EXPERIMENTS ?= slang_table1 slang_table2 vadam_table1 nng_table1
+JOBS   ?= 1
 
 .PHONY: install test test-slow data reproduce-tables tables bench regression clean
 
@@ -25,7 +26,7 @@ data:  ## fetch, verify and convert every data set (BNNBENCH_MIRROR=<dir> to cop
 	$(BNN) data fetch all
 
 reproduce-tables:  ## run every missing cell of the paper tables, then write results/tables/
-	for e in $(EXPERIMENTS); do $(BNN) reproduce $$e progress=false --runs-root $(RUNS) --out results/tables || exit 1; done
+	for e in $(EXPERIMENTS); do $(BNN) reproduce $$e progress=false --jobs $(JOBS) --runs-root $(RUNS) --out results/tables || exit 1; done
 
 tables:  ## re-render results/tables/ from the records in results/runs (no training)
 	for e in $(EXPERIMENTS); do $(BNN) table $$e --runs-root $(RUNS) --out results/tables || exit 1; done

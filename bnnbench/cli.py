@@ -7,6 +7,7 @@ data=uci/boston protocol.epochs=10``), and ``-m`` sweeps over comma-separated va
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -87,29 +88,62 @@ def list_names(group: str) -> list[str]:
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
 
 
-def cmd_reproduce(args) -> int:
-    """Run every cell of an experiment that has no finished record, then write its tables."""
+def _cell_overrides(args, cell) -> list[str]:
+    cell_ov = [o.replace("{runs_root}", str(args.runs_root)) for o in cell.get("overrides", [])]
+    return [f"experiment={args.experiment}", f"method={cell['method']}", f"data={cell['data']}",
+            f"runs_root={args.runs_root}", *([f"label={cell['label']}"] if cell.get("label") else []),
+            *cell_ov, *args.overrides]
+
+
+def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], threads: int | None = None) -> str:
+    """Run one cell (in this process or a worker); returns the lines to print."""
     from bnnbench.engine import DivergenceError
     from bnnbench.exact_vi import NotConvergedError
     from bnnbench.protocol import ConfigError
     from bnnbench.run import execute
+    if threads:
+        import torch
+        torch.set_num_threads(threads)
+    cfg = compose(ov)
+    run_dir = Path(runs_root) / experiment / cfg.label / cfg.data.name.replace("/", "__")
+    head = f"== {experiment}: {cfg.label} on {cfg.data.name} -> {run_dir}"
+    try:
+        rec = execute(cfg, ov, run_dir)
+        return "\n".join([head, *_summary_lines(rec)])
+    except (DivergenceError, NotConvergedError) as e:
+        return f"{head}\n   FAILED (recorded in failed.json, not a result): {e}"
+    except ConfigError as e:
+        return f"{head}\n   skipped: {e}"
+
+
+def cmd_reproduce(args) -> int:
+    """Run every cell of an experiment that has no finished record, then write its tables.
+
+    ``--data`` / ``--label`` (comma lists) keep only those cells. ``--jobs N`` runs N cells at a time in worker processes (one thread each by default); cells whose
+    overrides name another cell's record (``{runs_root}``, e.g. Vprop with Vadam's hyper-parameters)
+    start after all the others have finished."""
     spec = experiment_spec(args.experiment)
-    for cell in spec["runs"]:
-        cell_ov = [o.replace("{runs_root}", str(args.runs_root)) for o in cell.get("overrides", [])]
-        ov = [f"experiment={args.experiment}", f"method={cell['method']}", f"data={cell['data']}",
-              f"runs_root={args.runs_root}", *([f"label={cell['label']}"] if cell.get("label") else []),
-              *cell_ov, *args.overrides]
-        cfg = compose(ov)
-        run_dir = Path(args.runs_root) / args.experiment / cfg.label / cfg.data.name.replace("/", "__")
-        print(f"== {args.experiment}: {cfg.label} on {cell['data']} -> {run_dir}", flush=True)
-        try:
-            rec = execute(cfg, ov, run_dir)
-            print("\n".join(_summary_lines(rec)), flush=True)
-        except (DivergenceError, NotConvergedError) as e:
-            print(f"   FAILED (recorded in failed.json, not a result): {e}", flush=True)
-        except ConfigError as e:
-            print(f"   skipped: {e}", flush=True)
-    cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out="results/figures"))
+    keep_data = set(args.data.split(",")) if getattr(args, "data", None) else None
+    keep_label = set(args.label.split(",")) if getattr(args, "label", None) else None
+    cells = [(c, _cell_overrides(args, c)) for c in spec["runs"]
+             if (keep_data is None or c["data"] in keep_data)
+             and (keep_label is None or c.get("label", c["method"]) in keep_label)]
+    waves = [[ov for c, ov in cells if not any("{runs_root}" in o for o in c.get("overrides", []))],
+             [ov for c, ov in cells if any("{runs_root}" in o for o in c.get("overrides", []))]]
+    jobs = int(getattr(args, "jobs", 1) or 1)
+    for wave in waves:
+        if jobs <= 1:
+            for ov in wave:
+                print(_reproduce_cell(args.experiment, args.runs_root, ov), flush=True)
+            continue
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            for out in pool.map(_reproduce_cell, [args.experiment] * len(wave), [args.runs_root] * len(wave),
+                                wave, [threads] * len(wave)):
+                print(out, flush=True)
+    cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out=args.figures))
     return cmd_table(args) if spec.get("reference") else 0
 
 
@@ -201,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("overrides", nargs="*", help="Hydra overrides applied to every cell")
     r.add_argument("--runs-root", default="runs")
     r.add_argument("--out", default="results/tables")
+    r.add_argument("--figures", default="results/figures")
+    r.add_argument("--jobs", type=int, default=1, help="cells run at a time in worker processes")
+    r.add_argument("--data", help="only the cells of these data sets (comma list, e.g. libsvm/a1a,usps/3vs5)")
+    r.add_argument("--label", help="only the cells of these methods / run labels (comma list)")
     t = sub.add_parser("table", help="render an experiment's table from its run records")
     t.add_argument("experiment")
     t.add_argument("--runs-root", default="runs")

@@ -224,3 +224,18 @@ def test_interrupted_bayesian_optimisation_resumes_to_the_same_choice(tmp_path, 
     assert calls["n"] == 2  # the last BO round and the final training; the first two rounds were replayed
     assert resumed["hparams"] == ref["hparams"] and resumed["hpo_trace"] == ref["hpo_trace"]
     assert resumed["metrics"] == ref["metrics"]
+
+
+def test_reproduce_runs_every_cell_in_worker_processes(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    argv = ["reproduce", "slang_fig4", "protocol.epochs=1", "protocol.restarts=2", "protocol.eval_every=1",
+            "progress=false", "--runs-root", str(runs), "--figures", str(tmp_path / "fig"), "--jobs", "2",
+            "--data", "libsvm/breast_cancer", "--label", "mf_hessian,slang_L5"]
+    assert main(argv) == 0
+    records = sorted(runs.glob("slang_fig4/*/*/record.json"))
+    assert [(p.parent.parent.name, p.parent.name) for p in records] == [
+        ("mf_hessian", "libsvm__breast_cancer"), ("slang_L5", "libsvm__breast_cancer")]
+    assert (tmp_path / "fig" / "slang_fig4_convergence.png").exists()
+    before = {p: p.stat().st_mtime_ns for p in records}
+    assert main(argv) == 0                            # finished cells are skipped, records untouched
+    assert {p: p.stat().st_mtime_ns for p in records} == before
