@@ -80,23 +80,37 @@ def gradient_gram(acts, gs) -> torch.Tensor:
 
 
 def gradient_t_times(model: MLP, acts, gs, V: torch.Tensor) -> torch.Tensor:
-    """``G^T V [R, n, k]`` for ``V [R, P, k]``: ``<g_i, v> = sum_o g_io (sum_j a_ij V_jo + Vb_o)``."""
+    """``G^T V [R, n, k]`` for ``V [R, P, k]``: ``<g_i, v> = sum_o g_io (sum_j a_ij V_jo + Vb_o)``.
+
+    The weight part goes through an ``[R, n, min(d_in, d_out), k]`` intermediate: contract the longer
+    of the two layer dimensions first."""
     out = 0
     for (w, b, d_in, d_out), a, g in zip(model.slices, acts, gs):
         a, g = _flat(a), _flat(g)
         Vw = V[:, w].reshape(V.shape[0], d_in, d_out, V.shape[-1])
-        t = torch.einsum("rnj,rjok->rnok", a, Vw) + V[:, b].unsqueeze(1)
-        out = out + (t * g.unsqueeze(-1)).sum(-2)
+        if d_in < d_out:
+            out = out + (torch.einsum("rno,rjok->rnjk", g, Vw) * a.unsqueeze(-1)).sum(-2)
+        else:
+            out = out + (torch.einsum("rnj,rjok->rnok", a, Vw) * g.unsqueeze(-1)).sum(-2)
+        out = out + g @ V[:, b]
     return out
 
 
 def gradient_times(model: MLP, acts, gs, W: torch.Tensor) -> torch.Tensor:
     """``G W [R, P, k]`` for ``W [R, n, k]``: ``sum_i W_ik a_i^T g_i`` per layer (and ``sum_i W_ik g_i``)."""
     parts = []
+    R, n, k = W.shape
     for a, g in zip(acts, gs):
         a, g = _flat(a), _flat(g)
-        parts.append(torch.einsum("rnj,rnk,rno->rjok", a, W, g).flatten(1, 2))
-        parts.append(torch.einsum("rnk,rno->rok", W, g))
+        d_in, d_out = a.shape[-1], g.shape[-1]
+        if d_in < d_out:   # [R, n, d_in * k]^T @ g -> [R, d_in, k, d_out]
+            aW = (a.unsqueeze(-1) * W.unsqueeze(-2)).reshape(R, n, d_in * k)
+            Gw = (aW.transpose(1, 2) @ g).reshape(R, d_in, k, d_out).transpose(2, 3)
+        else:              # a^T @ [R, n, d_out * k] -> [R, d_in, d_out, k]
+            gW = (g.unsqueeze(-1) * W.unsqueeze(-2)).reshape(R, n, d_out * k)
+            Gw = (a.transpose(1, 2) @ gW).reshape(R, d_in, d_out, k)
+        parts.append(Gw.flatten(1, 2))
+        parts.append(g.transpose(1, 2) @ W)
     return torch.cat(parts, dim=1)
 
 
