@@ -312,3 +312,21 @@ def test_render_latex_and_write_tables(runs, tmp_path):
         assert Path(p).is_file() and Path(p).name.startswith("slang_table2.")
     assert not [p for p in (tmp_path / "tables").iterdir() if p.name.endswith(".tmp")]
     assert len(pd.read_csv(paths["csv"])) == 32
+
+
+def test_slang_table1_reference_is_the_authors_csv():
+    """bnnbench/reference/slang_table1_authors.csv is exactly what data_scripts/slang_table1_authors.py makes
+    of the authors' CSV (values as strings, as printed there)."""
+    import csv
+    import importlib.util
+    repo = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("conv", repo / "data_scripts" / "slang_table1_authors.py")
+    conv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conv)
+    rows = conv.convert()
+    with open(repo / "bnnbench" / "reference" / "slang_table1_authors.csv", newline="") as f:
+        assert list(csv.DictReader(f)) == rows
+    assert len(rows) == 4 * 3 * 10
+    cell = {(r["dataset"], r["method"], r["setting"], r["metric"]): r for r in rows}
+    assert cell[("australian", "SLANG", "L=1", "sym_kl")]["value"] == "331.828775"
+    assert cell[("usps_3vs5", "Mean-Field EF", "", "test_nll")]["error"] == "0.001988"
