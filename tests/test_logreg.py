@@ -193,3 +193,30 @@ def test_restarts_repeat_one_split_with_their_own_noise(tmp_path, env):
     kls = [m["sym_kl"] for m in rec["metrics"]]
     assert len(set(kls)) == 3                                   # different noise per restart
     assert rec["summary"]["sym_kl"]["n"] == 3
+
+
+def test_exact_full_optimum_is_a_fixed_point_of_the_method_update():
+    """full_gaussian (curvature=ggn, i.e. the Hessian here) started at the Full-Gaussian Exact optimum with
+    the whole data set as its minibatch and beta = alpha = 1 stays there, up to Monte Carlo error:
+    prec' = E_q[Hess NLL] + Lambda = Sigma*^-1 and mu' = mu* - prec'^-1 (E_q[grad NLL] + Lambda mu*) = mu*."""
+    rng = np.random.default_rng(3)
+    N, D = 40, 3
+    Xf = rng.normal(size=(N, D))
+    y = (rng.random(N) < 1 / (1 + np.exp(-Xf @ np.array([1.0, -2.0, 0.5]) - 0.3))).astype(float)
+    lam = logreg.prior_vector(D, 0.5, 1e-2)
+    ex = exact_vi.fit_exact(logreg.design(Xf), y, lam, "full")
+    cfg = dict(curvature="ggn", covariance="full", lr=1.0, beta=1.0, train_samples=40000, prec_init=1.0,
+               init_mean="zero")
+    model = MLP([D, 1])
+    method = METHODS["full_gaussian"](OmegaConf.create(cfg), model, "bernoulli")
+    perm = np.r_[np.arange(1, D + 1), 0]                       # design order [b, w] -> MLP order [w, b]
+    mean = torch.tensor(ex.mean[perm])[None]
+    prec = torch.tensor(np.linalg.inv(ex.cov)[np.ix_(perm, perm)])[None]
+    state = {"prior_prec": torch.tensor(lam[perm])[None], "n_data": torch.tensor([N]), "mean": mean,
+             "prec": prec, "t": torch.zeros(1, dtype=torch.long)}
+    batch = Batch(torch.tensor(Xf)[None], torch.tensor(y)[None], torch.tensor([N]))
+    g = torch.Generator().manual_seed(0)
+    new, _ = method.step(state, batch, method.noise(state, batch, g))
+    assert torch.allclose(new["prec"], prec, rtol=0.03, atol=0.03 * prec[0].diagonal().min().item())
+    sd = torch.tensor(np.sqrt(np.diag(ex.cov))[perm])
+    assert torch.all((new["mean"][0] - mean[0]).abs() < 0.02 * sd)
