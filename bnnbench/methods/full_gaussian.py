@@ -20,7 +20,7 @@ import torch
 
 from bnnbench.linalg.per_example import forward_cache, materialise
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
-from bnnbench.methods.natural import as_leaves
+from bnnbench.methods.natural import as_leaves, per_example_stats
 from bnnbench.methods.slang import decayed
 
 
@@ -106,7 +106,12 @@ class FullGaussian(Method):
         alpha = self.lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)
         beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)
         theta = self.sample(state, noise)
-        g_sum, C_sum, nll = self.curvature_and_grad(state, theta, batch)
+        if self.diagonal and self.cfg.curvature in ("ef", "ggn"):   # diagonals without forming G (natural.py)
+            g_s, c_s, nll = per_example_stats(self, state, as_leaves(self.model.layers(theta)), batch,
+                                              self.cfg.curvature)
+            g_sum, C_sum = g_s.sum(1), c_s.sum(1)
+        else:
+            g_sum, C_sum, nll = self.curvature_and_grad(state, theta, batch)
         scale = state["n_data"].to(mean.dtype) / noise.shape[1] / batch.x.shape[1]          # N / (MS)
         if self.diagonal:
             new_prec = (1 - beta[:, None]) * prec + beta[:, None] * (scale[:, None] * C_sum + lam)
