@@ -119,9 +119,9 @@ def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], threads: int
 def cmd_reproduce(args) -> int:
     """Run every cell of an experiment that has no finished record, then write its tables.
 
-    ``--data`` / ``--label`` (comma lists) keep only those cells. ``--jobs N`` runs N cells at a time in worker processes (one thread each by default); cells whose
-    overrides name another cell's record (``{runs_root}``, e.g. Vprop with Vadam's hyper-parameters)
-    start after all the others have finished."""
+    ``--data`` / ``--label`` (comma lists) keep only those cells. ``--jobs N`` runs N cells at a time
+    in worker processes (cpu_count // N threads each); cells whose overrides name another cell's record
+    (``{runs_root}``, e.g. Vprop with Vadam's hyper-parameters) start after all the others have finished."""
     spec = experiment_spec(args.experiment)
     keep_data = set(args.data.split(",")) if getattr(args, "data", None) else None
     keep_label = set(args.label.split(",")) if getattr(args, "label", None) else None

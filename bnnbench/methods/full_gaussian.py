@@ -58,8 +58,7 @@ class FullGaussian(Method):
         return state["mean"].unsqueeze(1) + z.transpose(-1, -2)
 
     def curvature_and_grad(self, state, theta, batch):
-        """Sums over (sample, example) of the NLL gradients [R, P] and curvatures [R, P, P] (their
-        diagonals [R, P] with ``covariance: diag``), and the NLL."""
+        """Sums over (sample, example) of the NLL gradients [R, P] and curvatures [R, P, P], and the NLL."""
         layers = as_leaves(self.model.layers(theta))
         kind = self.cfg.curvature
         with torch.enable_grad():
@@ -68,7 +67,7 @@ class FullGaussian(Method):
             gs = torch.autograd.grad(nll_i.sum(), zs, retain_graph=kind == "ggn")
             G = materialise(self.model, [a.detach() for a in acts], gs)            # [R, P, S*M]
             if kind == "ef":
-                C = (G * G).sum(-1) if self.diagonal else G @ G.transpose(1, 2)
+                C = G @ G.transpose(1, 2)
             elif kind == "ggn":
                 if self.likelihood == "gaussian":
                     w = state["noise_prec"].sqrt().reshape(-1, 1, 1, 1)
@@ -78,10 +77,9 @@ class FullGaussian(Method):
                 else:
                     raise ValueError("curvature=ggn supports gaussian and bernoulli likelihoods")
                 J = materialise(self.model, [a.detach() for a in acts], torch.autograd.grad((f * w).sum(), zs))
-                C = (J * J).sum(-1) if self.diagonal else J @ J.transpose(1, 2)
+                C = J @ J.transpose(1, 2)
             elif kind == "hessian":
                 C = self._hessian(state, theta, batch)
-                C = C.diagonal(dim1=-2, dim2=-1) if self.diagonal else C
             else:
                 raise ValueError(f"unknown curvature {kind!r}; valid: ef, ggn, hessian")
         return G.sum(-1), C, nll_i.detach().mean(dim=(1, 2))
@@ -112,6 +110,7 @@ class FullGaussian(Method):
             g_sum, C_sum = g_s.sum(1), c_s.sum(1)
         else:
             g_sum, C_sum, nll = self.curvature_and_grad(state, theta, batch)
+            C_sum = C_sum.diagonal(dim1=-2, dim2=-1) if self.diagonal else C_sum
         scale = state["n_data"].to(mean.dtype) / noise.shape[1] / batch.x.shape[1]          # N / (MS)
         if self.diagonal:
             new_prec = (1 - beta[:, None]) * prec + beta[:, None] * (scale[:, None] * C_sum + lam)
