@@ -155,6 +155,7 @@ def test_list(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "uci/boston" in out and "bbb" in out and "slang_table2" in out and "vadam_uci" in out
+    assert "exact_full" in out and "slang_table1" in out and "slang_logreg" in out
 
 
 def test_grid_selection_is_recorded(tmp_path):
