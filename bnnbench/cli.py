@@ -257,7 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("regression", help="re-run the fast subset of the tables and fail on a regressed cell")
     g.add_argument("--results", default="results")
     g.add_argument("--runs-root", default="runs/regression")
-    args = p.parse_args(argv)
+    args, extra = p.parse_known_args(argv)
+    if args.cmd == "reproduce":  # overrides may also follow the options
+        args.overrides += [a for a in extra if not a.startswith("-")]
+        extra = [a for a in extra if a.startswith("-")]
+    if extra:
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd in ("reproduce", "table", "plot"):
         known = set(list_names("experiment"))
         if args.experiment not in known:

@@ -227,15 +227,22 @@ def test_interrupted_bayesian_optimisation_resumes_to_the_same_choice(tmp_path, 
     assert resumed["metrics"] == ref["metrics"]
 
 
+def test_reproduce_refuses_an_unknown_option(capsys):
+    with pytest.raises(SystemExit):
+        main(["reproduce", "slang_fig4", "--method", "bbb"])
+    assert "unrecognized arguments: --method" in capsys.readouterr().err
+
+
 def test_reproduce_runs_every_cell_in_worker_processes(tmp_path, capsys):
     runs = tmp_path / "runs"
-    argv = ["reproduce", "slang_fig4", "protocol.epochs=1", "protocol.restarts=2", "protocol.eval_every=1",
-            "progress=false", "--runs-root", str(runs), "--figures", str(tmp_path / "fig"), "--jobs", "2",
-            "--data", "libsvm/breast_cancer", "--label", "mf_hessian,slang_L5"]
+    argv = ["reproduce", "slang_fig4", "protocol.epochs=1", "protocol.eval_every=1", "progress=false",
+            "--runs-root", str(runs), "--figures", str(tmp_path / "fig"), "--jobs", "2",
+            "--data", "libsvm/breast_cancer", "--label", "mf_hessian,slang_L5", "protocol.restarts=2"]
     assert main(argv) == 0
     records = sorted(runs.glob("slang_fig4/*/*/record.json"))
     assert [(p.parent.parent.name, p.parent.name) for p in records] == [
         ("mf_hessian", "libsvm__breast_cancer"), ("slang_L5", "libsvm__breast_cancer")]
+    assert all(len(json.loads(p.read_text())["metrics"]) == 2 for p in records)  # the trailing override applied
     assert (tmp_path / "fig" / "slang_fig4_convergence.png").exists()
     before = {p: p.stat().st_mtime_ns for p in records}
     assert main(argv) == 0                            # finished cells are skipped, records untouched
