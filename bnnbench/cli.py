@@ -158,13 +158,16 @@ def cmd_table(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from bnnbench.plots import convergence_figure, covariance_figure
+    from bnnbench.plots import box_figure, convergence_figure, covariance_figure
     spec = experiment_spec(args.experiment)
     out = convergence_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_convergence.png")
     print(f"wrote {out}" if out else f"no run histories of {args.experiment} under {args.runs_root}")
     if (spec.get("figure") or {}).get("covariance"):
         out = covariance_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_covariance.png")
         print(f"wrote {out}" if out else f"no stored posteriors of {args.experiment} under {args.runs_root}")
+    if (spec.get("figure") or {}).get("boxes"):
+        out = box_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_boxes.png")
+        print(f"wrote {out}" if out else f"no run records of {args.experiment} under {args.runs_root}")
     return 0
 
 

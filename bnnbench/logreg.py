@@ -12,7 +12,8 @@ For every method whose q is Gaussian (``Method.gaussian``) and for the exact sol
   bound of Marlin et al. (2011) and the KL without the bias coordinate's log prior precision
   (``exact_vi.neg_elbo_per_point(method="marlin", matlab_kl=True)``);
 * ``test_nll``: mean of -log p(y|x) over the test split in nats, p(y=1|x) = E_{z~N(x^T m, x^T S x)}[sigmoid z];
-* ``sym_kl``: 0.5 [KL(q || q*) + KL(q* || q)] to the Full-Gaussian Exact solution q* of the same split.
+* ``sym_kl``: 0.5 [KL(q || q*) + KL(q* || q)] to the Full-Gaussian Exact solution q* of the same split;
+* ``sym_kl_mf``: the same to the Mean-Field Exact solution (the reference of Vadam Figure 2).
 """
 
 from __future__ import annotations
@@ -105,9 +106,10 @@ def load_posterior(run_dir) -> tuple[np.ndarray, np.ndarray] | None:
     return z["mean"].astype(np.float64), z["cov"].astype(np.float64)
 
 
-def posterior_metrics(mean, cov, X_train, y_train, X_test, y_test, lam, reference) -> dict[str, float]:
+def posterior_metrics(mean, cov, X_train, y_train, X_test, y_test, lam, reference,
+                      reference_mf=None) -> dict[str, float]:
     """The Table-1 metrics of ``N(mean, cov)`` (design order) for one split; ``reference`` is the
-    Full-Gaussian Exact ``(mean, cov)`` of that split."""
+    Full-Gaussian Exact ``(mean, cov)`` of that split, ``reference_mf`` the Mean-Field Exact one."""
     mean = np.asarray(mean, dtype=np.float64)
     cov = np.asarray(cov, dtype=np.float64)
     cov = 0.5 * (cov + cov.T)
@@ -117,6 +119,7 @@ def posterior_metrics(mean, cov, X_train, y_train, X_test, y_test, lam, referenc
                                                       matlab_kl=True),
         "test_nll": exact_vi.test_nll(mean, cov, X_test, y_test),
         "sym_kl": exact_vi.sym_kl(mean, cov, reference[0], reference[1]),
+        **({"sym_kl_mf": exact_vi.sym_kl(mean, cov, *reference_mf)} if reference_mf is not None else {}),
     }
 
 
@@ -125,11 +128,11 @@ def split_arrays(ds, split):
             design(ds.X[split.test]), np.asarray(ds.y[split.test]).ravel())
 
 
-def reference_solutions(ds, splits, lams, gtol: float) -> list[tuple[np.ndarray, np.ndarray]]:
+def reference_solutions(ds, splits, lams, gtol: float, family: str = "full") -> list[tuple[np.ndarray, np.ndarray]]:
     out = []
     for s, lam in zip(splits, lams):
         Xtr, ytr, _, _ = split_arrays(ds, s)
-        r = exact_solution(Xtr, ytr, lam, "full", gtol=gtol)
+        r = exact_solution(Xtr, ytr, lam, family, gtol=gtol)
         out.append((r.mean, r.cov))
     return out
 
@@ -144,9 +147,11 @@ def exact_metrics(ds, splits, lams, family: str, gtol: float, run_dir=None) -> t
         info["lbfgs_iterations"] += r.n_iter
         info["cached_solutions"] += r.message == "cached"
         ref = r if family == "full" else exact_solution(Xtr, ytr, lam, "full", gtol=gtol)
+        ref_mf = r if family == "mf" else exact_solution(Xtr, ytr, lam, "mf", gtol=gtol)
         if run_dir is not None and not rows:
             save_posterior(run_dir, r.mean, r.cov)
-        rows.append(posterior_metrics(r.mean, r.cov, Xtr, ytr, Xte, yte, lam, (ref.mean, ref.cov)))
+        rows.append(posterior_metrics(r.mean, r.cov, Xtr, ytr, Xte, yte, lam, (ref.mean, ref.cov),
+                                      (ref_mf.mean, ref_mf.cov)))
     return rows, info
 
 
@@ -158,8 +163,9 @@ def method_metrics(method, state, ds, splits, lams, gtol: float, run_dir=None) -
     if run_dir is not None:
         save_posterior(run_dir, mean[0], cov[0])
     refs = reference_solutions(ds, splits, lams, gtol)
+    refs_mf = reference_solutions(ds, splits, lams, gtol, family="mf")
     rows = []
-    for r, (s, lam, ref) in enumerate(zip(splits, lams, refs)):
+    for r, (s, lam, ref, ref_mf) in enumerate(zip(splits, lams, refs, refs_mf)):
         Xtr, ytr, Xte, yte = split_arrays(ds, s)
-        rows.append(posterior_metrics(mean[r], cov[r], Xtr, ytr, Xte, yte, lam, ref))
+        rows.append(posterior_metrics(mean[r], cov[r], Xtr, ytr, Xte, yte, lam, ref, ref_mf))
     return rows

@@ -7,6 +7,8 @@ default RMSE and joint test LL), the mean over splits and a band of one standard
 Covariance (SLANG Figure 1, ``figure.covariance``): for the first split of one data set, the
 off-diagonal covariance of the Full-Gaussian Exact posterior beside that of each low-rank method
 (heatmaps, one colour scale), and the mean and variance of every weight for all of them.
+
+Boxes (Vadam Figure 2, ``figure.boxes``): the final metric of every split or restart, one box per method.
 """
 
 from __future__ import annotations
@@ -129,4 +131,43 @@ def covariance_figure(spec: dict, runs_root: Path, out: Path) -> Path | None:
     for j in range(2, axes.shape[1]):
         axes[1, j].axis("off")
     fig.suptitle(f"{spec['name']}: posterior covariance on {cs['dataset']}, first split", fontsize=9)
+    return _save(fig, out)
+
+
+def box_figure(spec: dict, runs_root: Path, out: Path) -> Path | None:
+    """Box plots of per-split (per-restart) final metrics from the records, one panel per
+    (``figure.boxes`` entry, metric), one box per method (Vadam Figure 2(b, c))."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (spec.get("figure") or {}).get("boxes") or []
+    names = _method_names(spec)
+    labels = {k: v.get("label", k) for k, v in spec.get("metrics", {}).items()}
+    cells = [(p, key) for p in panels for key in p["metrics"]]
+    if not cells:
+        return None
+    fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 3.4), squeeze=False)
+    drawn = 0
+    for ax, (p, key) in zip(axes[0], cells):
+        values, ticks = [], []
+        for m in p["methods"]:
+            rec = Path(runs_root) / spec["name"] / m / p["dataset"].replace("/", "__") / "record.json"
+            if not rec.exists():
+                continue
+            r = json.loads(rec.read_text())
+            if r.get("status") != "ok" or key not in r["metrics"][0]:
+                continue
+            values.append([row[key] for row in r["metrics"]])
+            ticks.append(names.get(m, m))
+        if values:
+            ax.boxplot(values)
+            ax.set_xticks(range(1, len(ticks) + 1), ticks, rotation=30, fontsize=7, ha="right")
+            drawn += 1
+        ax.set_title(f"{p.get('title', p['dataset'])}\n{labels.get(key, key)}", fontsize=8)
+    if not drawn:
+        plt.close(fig)
+        return None
+    fig.suptitle(f"{spec['name']}: final values per split / restart", fontsize=9)
+    fig.tight_layout()
     return _save(fig, out)

@@ -149,6 +149,9 @@ def test_exact_columns_end_to_end(tmp_path, env):
     assert d_mf.name == "libsvm__breast_cancer" and d_mf.parent.name == "exact_mf"
     assert [m["sym_kl"] for m in full["metrics"]] == pytest.approx([0.0, 0.0], abs=1e-9)
     assert all(m["sym_kl"] > 1 for m in mf["metrics"])
+    assert [m["sym_kl_mf"] for m in mf["metrics"]] == pytest.approx([0.0, 0.0], abs=1e-9)
+    # the symmetric KL between the two exact solutions, seen from either side
+    assert [m["sym_kl_mf"] for m in full["metrics"]] == pytest.approx([m["sym_kl"] for m in mf["metrics"]], rel=1e-9)
     assert all(a["neg_elbo"] < b["neg_elbo"] for a, b in zip(full["metrics"], mf["metrics"]))
     assert full["hparams"][0]["prior_prec"] == 1.0 and full["exact"]["gtol"] == 1e-5
     assert full["exact"]["cached_solutions"] == 0 and full["exact"]["lbfgs_iterations"] > 0
@@ -181,6 +184,26 @@ def test_figures_from_stored_posteriors(tmp_path, env):
     spec["figure"]["covariance"]["dataset"] = "libsvm/breast_cancer"
     assert covariance_figure(spec, tmp_path, tmp_path / "cov.png").stat().st_size > 0
     assert convergence_figure(spec, tmp_path, tmp_path / "conv.png").stat().st_size > 0
+
+
+@needs_mirror
+def test_vadam_figure2_cells_and_box_figure(tmp_path, env):
+    from bnnbench.cli import experiment_spec
+    from bnnbench.plots import box_figure
+    spec = experiment_spec("vadam_fig2")
+    runs = {(r["data"], r.get("label", r["method"])): r for r in spec["runs"]}
+    for label in ("vadam_M8", "vogn1"):
+        r = runs[("libsvm/breast_cancer", label)]
+        ov = ["experiment=vadam_fig2", f"method={r['method']}", f"label={label}", "data=libsvm/breast_cancer",
+              *r["overrides"], "protocol.restarts=3", "protocol.epochs=2", "protocol.eval_every=1",
+              "progress=false", f"runs_root={tmp_path}"]
+        cfg = compose(ov)
+        rec = execute(cfg, ov, tmp_path / "vadam_fig2" / label / "libsvm__breast_cancer", log=lambda m: None)
+        assert [m["split"] for m in rec["metrics"]] == ["0/0", "0/1", "0/2"]
+        assert all(m["sym_kl_mf"] > 0 for m in rec["metrics"])
+    assert rec["config"]["spec"]["batch_size"] == 1 and rec["config"]["spec"]["method"]["momentum"] == 0.9
+    spec["figure"]["boxes"] = [p for p in spec["figure"]["boxes"] if p["dataset"] == "libsvm/breast_cancer"]
+    assert box_figure(spec, tmp_path, tmp_path / "boxes.png").stat().st_size > 0
 
 
 @needs_mirror

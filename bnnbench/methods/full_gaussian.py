@@ -10,6 +10,9 @@ with g the per-example NLL gradients and C = g g^T (``curvature: ef``), the Gaus
 J^T Lambda J (``ggn``), or the exact Hessian of the per-example NLL (``hessian``, by ``torch.func``).
 Step sizes decay as alpha_0 / (1 + t^kappa) (kappa = 0: constant). O(P^2) memory, O(P^3) per step.
 
+``momentum: rho > 0`` replaces the gradient by m_hat = m / (1 - rho^t), m <- rho m + (1 - rho)(N/(MS) sum g + lambda mu),
+as the VOGN of Khan et al.'s MATLAB logistic-regression code (``my_methods.m``, rho = 0.9); rho = 0 is the update above.
+
 ``covariance: diag`` is the mean-field version (the "Mean-Field EF / Hessian" columns of SLANG Table 1):
 prec is a vector and C is replaced by its diagonal, so the mean step divides by prec elementwise.
 """
@@ -41,7 +44,7 @@ class FullGaussian(Method):
         prec = torch.full_like(mean, float(self.cfg.prec_init))
         if not self.diagonal:
             prec = torch.diag_embed(prec)
-        return {**hyper_state(problem), "mean": mean, "prec": prec,
+        return {**hyper_state(problem), "mean": mean, "prec": prec, "m": torch.zeros_like(mean),
                 "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
 
     def noise(self, state, batch, generator):
@@ -112,16 +115,22 @@ class FullGaussian(Method):
             g_sum, C_sum, nll = self.curvature_and_grad(state, theta, batch)
             C_sum = C_sum.diagonal(dim1=-2, dim2=-1) if self.diagonal else C_sum
         scale = state["n_data"].to(mean.dtype) / noise.shape[1] / batch.x.shape[1]          # N / (MS)
+        rhs = scale[:, None] * g_sum + lam * mean
+        new = {**state, "t": t}
+        rho = float(self.cfg.get("momentum", 0.0))
+        if rho > 0:
+            m = rho * state["m"] + (1 - rho) * rhs
+            rhs = m / (1 - rho ** t.to(mean.dtype))[:, None]
+            new["m"] = m
         if self.diagonal:
             new_prec = (1 - beta[:, None]) * prec + beta[:, None] * (scale[:, None] * C_sum + lam)
-            new_mean = mean - alpha[:, None] * (scale[:, None] * g_sum + lam * mean) / new_prec
-            return {**state, "mean": new_mean, "prec": new_prec, "t": t}, {"objective": nll, "nll": nll}
+            new_mean = mean - alpha[:, None] * rhs / new_prec
+            return {**new, "mean": new_mean, "prec": new_prec}, {"objective": nll, "nll": nll}
         b = beta[:, None, None]
         new_prec = (1 - b) * prec + b * (scale[:, None, None] * C_sum + torch.diag_embed(lam))
         new_prec = 0.5 * (new_prec + new_prec.transpose(-1, -2))
-        rhs = scale[:, None] * g_sum + lam * mean
         new_mean = mean - alpha[:, None] * torch.linalg.solve(new_prec, rhs.unsqueeze(-1))[..., 0]
-        return {**state, "mean": new_mean, "prec": new_prec, "t": t}, {"objective": nll, "nll": nll}
+        return {**new, "mean": new_mean, "prec": new_prec}, {"objective": nll, "nll": nll}
 
     def kl(self, state):
         """KL(N(mu, prec^-1) || N(0, diag(lambda)^-1)) with dense linear algebra."""
