@@ -83,7 +83,8 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
     key = data.key
     if "datasets" in proto and proto.datasets is not None and key not in proto.datasets:
         raise ConfigError(f"protocol {proto.name!r} does not define data set {data.name!r}; it defines: "
-                          + ", ".join(f"{data.name.split('/')[0]}/{k}" for k in proto.datasets))
+                          + ", ".join(str(k) for k in proto.datasets)
+                          + " (another protocol: protocol=<name>; `bnnbench list protocols`)")
     ds = _get(proto, "datasets", key, default=OmegaConf.create({}))
     size = _get(proto, "sizes", ds.get("size", None), default=OmegaConf.create({})) if ds.get("size") else {}
     mname = cfg.method.name

@@ -103,9 +103,11 @@ def test_wrong_values_fail_at_start(tmp_path, override, match):
     assert not (tmp_path / "run").exists()
 
 
-def test_protocol_without_the_dataset_lists_valid_ones(tmp_path):
-    with pytest.raises(ConfigError, match="uci/boston"):
-        _run(tmp_path, "data=uci/protein")
+@pytest.mark.parametrize("data", ["uci/protein", "mnist"])
+def test_protocol_without_the_dataset_lists_valid_ones(tmp_path, data):
+    with pytest.raises(ConfigError, match=r"does not define data set .*it defines: boston, .*protocol=<name>") as e:
+        _run(tmp_path, f"data={data}")
+    assert "mnist/" not in str(e.value)
 
 
 def test_recorded_hparams_are_reused(tmp_path):
