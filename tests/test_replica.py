@@ -133,3 +133,36 @@ def test_evaluate_padded_equals_alone():
     m_alone = evaluate(method, slice_state(state, 1), alone, 1, g, "regression")
     for k in m_both:
         assert m_both[k][1].item() == pytest.approx(m_alone[k][0].item(), rel=1e-10)
+
+
+class _CountingMethod:
+    """Sample k of the posterior predicts f = sin(k + x_1) (+ noise precision 1 + k / 10): a fixed
+    sequence of samples however the calls to ``predict`` chunk it."""
+
+    def __init__(self, out):
+        self.model = MLP([3, 5, out])
+        self.k = 0
+
+    def predict(self, state, x, n_samples, generator):
+        from bnnbench.methods import Predictive
+        k = torch.arange(self.k, self.k + n_samples, dtype=x.dtype)
+        self.k += n_samples
+        f = torch.sin(k[None, :, None, None] + x[:, None, :, :1] * torch.arange(1, self.model.sizes[-1] + 1))
+        return Predictive(f=f, noise_prec=(1 + k / 10)[None, :])
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_evaluation_in_sample_chunks_equals_one_pass(task):
+    """One replica whose activations for all samples exceed ``max_elems``: the samples are predicted
+    in chunks (5, 5, 2) and concatenated; every metric, the joint log-likelihood included, equals one pass."""
+    X, y = _toy(n=40)
+    if task == "classification":
+        y = (np.arange(40) % 3).astype(np.int64)
+    data = ReplicaData.build(X, y, [(np.arange(0, 30), np.arange(30, 40))], normalize_y=task == "regression",
+                             dtype=DT)
+    out = 1 if task == "regression" else 3
+    one = evaluate(_CountingMethod(out), {}, data, 12, None, task)
+    chunked = evaluate(_CountingMethod(out), {}, data, 12, None, task, max_elems=10 * 5 * 5)
+    assert set(one) == set(chunked) and len(one) >= 3
+    for k in one:
+        assert chunked[k].item() == pytest.approx(one[k].item(), rel=1e-12, abs=1e-14), k
