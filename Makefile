@@ -34,6 +34,7 @@ tables:  ## re-render results/tables/ from the records in results/runs (no train
 bench:  ## performance benchmarks (ratios measured in one run)
 	$(PY) bench/replica_axis.py
 	$(PY) bench/step_ratios.py
+	$(PY) bench/mnist_epoch.py
 
 regression:  ## CI: re-run the fast cells at the paper protocol, fail if a reproduced cell moved
 	$(BNN) regression --results results --runs-root $${TMPDIR:-/tmp}/bnnbench-regression

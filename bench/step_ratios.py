@@ -7,6 +7,16 @@
 * SLANG's fast path (Gram matrix from activations and back-propagated gradients) against the
   materialised per-example gradients, at MNIST scale.
 
+Beside each SLANG ratio the bench prints its arithmetic floor. An Adam step costs about 6 M P flops (forward
+and backward, P parameters, M examples). Any exact SLANG step also needs G^T U and G V (2 M P L each: every
+entry of the P x L factor U meets every one of the M per-example gradients, whether G is formed or not) and
+three P x L x L products (U V, the Gram matrix of fast_sample, the capacitance of fast_inverse), so that
+
+    SLANG / Adam >= 1 + 4 L / 6 + L^2 / M      (L = 8: 6.6x, L = 32: 27x at M = 200)
+
+when both run at the same flop rate, as on a CPU. The issue's targets (3x, 5x) lie below this floor; a GPU,
+where the Adam step is bound by kernel launches rather than flops, is where they can hold.
+
     python bench/step_ratios.py [--steps 20] [--device cpu]
 """
 
@@ -61,6 +71,11 @@ def time_steps(name, cfg, sizes, lik, R, M, steps, device, warm=3):
     return (time.perf_counter() - t) / steps * 1e3
 
 
+def slang_floor(L: int, M: int) -> float:
+    """Flop ratio of an exact SLANG step to an Adam step (module docstring)."""
+    return 1 + 4 * L / 6 + L * L / M
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
@@ -78,7 +93,8 @@ def main():
     for name, label, over, target in rows:
         steps = max(args.steps, 200) if name == "noisy_kfac" else args.steps  # amortise T_inv
         ms = time_steps(name, {**CFG[name], **over}, **{**mn, "steps": steps})
-        print(f"  {label:<26s} {ms:8.1f} ms  {ms / base:5.2f}x  [<= {target}x]")
+        floor = f"  (flop floor {slang_floor(over['rank'], mn['M']):.1f}x)" if name == "slang" else ""
+        print(f"  {label:<26s} {ms:8.1f} ms  {ms / base:5.2f}x  [<= {target}x]{floor}")
 
     fast = time_steps("slang", {**CFG["slang"], "rank": 32}, **mn)
     slow = time_steps("slang", {**CFG["slang"], "rank": 32, "per_example": "materialised"}, **{**mn, "steps": 3, "warm": 1})

@@ -203,12 +203,13 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
           eval_samples: int, generator: torch.Generator, task: str, eval_every: int | None = None,
           stop_on_divergence: bool = True, progress: bool = False, desc: str = "",
           lr_drop: dict | None = None, checkpoint: Path | None = None,
-          checkpoint_every: int = 10) -> TrainResult:
+          checkpoint_every: int = 10, eval_samples_final: int | None = None) -> TrainResult:
     """Run ``epochs`` passes of ``method.update`` over every replica at once.
 
     Evaluates every ``eval_every`` epochs (and at the end), recording the evaluation metrics and the
     mean training objective of the epoch; evaluation draws its samples from the same generator, so
-    the evaluation schedule is part of a run's configuration. ``lr_drop = {"at": a, "factor": f}``
+    the evaluation schedule is part of a run's configuration; the last evaluation draws
+    ``eval_samples_final`` samples when given (MNIST: 10 during training, 1000 at the end). ``lr_drop = {"at": a, "factor": f}``
     multiplies the method's step sizes by f from epoch ``a * epochs`` on (``method.lr_scale``). A
     replica whose objective or state becomes non-finite is marked diverged; with
     ``stop_on_divergence`` training stops with ``DivergenceError`` naming the replicas and the epoch.
@@ -251,7 +252,8 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
                     f"replica(s) {newly.nonzero().flatten().tolist()}")
         last = epoch == epochs - 1
         if last or (eval_every and (epoch + 1) % eval_every == 0):
-            m = evaluate(method, state, data, eval_samples, generator, task)
+            m = evaluate(method, state, data, eval_samples_final if last and eval_samples_final else eval_samples,
+                         generator, task)
             m["train_objective"] = obj_sum / max(1, n_batches)
             kl = method.kl(state)
             if kl is not None:  # negative ELBO per data point: the epoch's mean NLL + KL(q || p) / N

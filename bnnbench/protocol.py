@@ -52,6 +52,9 @@ class RunSpec:
     posterior_metrics: str | None = None  # "logreg": SLANG Table 1 metrics of the Gaussian q (bnnbench.logreg)
     exact_gtol: float | None = None   # gradient tolerance of the exact (L-BFGS) solutions (posterior_metrics)
     restarts: int | None = None       # replicas per split with their own initialisation and noise ("<split>/<k>")
+    eval_samples_final: int | None = None  # posterior samples of the final evaluation (None: eval_samples)
+    stages: list | None = None        # [{"split": name, "epochs": n}, ...]: train on each split in turn, state kept
+    subset: dict | None = None        # {"train": n, "test": m}: the first rows of each split only (fast protocols)
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -75,6 +78,15 @@ def _get(node, *path, default=None):
             return default
         node = node[p]
     return node
+
+
+def _stages(stages) -> list | None:
+    if not stages:
+        return None
+    out = [{"split": str(s["split"]), "epochs": int(s["epochs"])} for s in OmegaConf.to_container(stages)]
+    if any(s["epochs"] <= 0 for s in out):
+        raise ConfigError(f"protocol.stages: every stage needs epochs > 0, got {out}")
+    return out
 
 
 def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | None = None) -> RunSpec:
@@ -169,6 +181,9 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
                    posterior_metrics=proto.get("posterior_metrics"),
                    exact_gtol=float(proto.exact_gtol) if proto.get("exact_gtol") is not None else None,
                    restarts=int(proto.restarts) if proto.get("restarts") else None,
+                   eval_samples_final=int(proto.eval_samples_final) if proto.get("eval_samples_final") else None,
+                   stages=_stages(proto.get("stages")),
+                   subset=OmegaConf.to_container(proto.subset) if proto.get("subset") else None,
                    splits=OmegaConf.to_container(proto.splits)
                    if isinstance(proto.get("splits"), DictConfig) or OmegaConf.is_list(proto.get("splits"))
                    else proto.get("splits", "all"))

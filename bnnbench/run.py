@@ -18,10 +18,11 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from bnnbench.data import load_dataset
+from bnnbench.data import Split, load_dataset
 from bnnbench.engine import DivergenceError, ReplicaData, save_checkpoint, train
 from bnnbench.hpo import GPBayesOpt, grid_points, kfold_indices
 from bnnbench.methods import Problem, method_class
+from bnnbench.methods.base import hyper_state
 from bnnbench.metrics import STDERR_CONVENTION, summarise
 from bnnbench.models import MLP
 from bnnbench.protocol import ConfigError, RunSpec, resolve
@@ -36,7 +37,6 @@ def _log(msg: str) -> None:
 def random_splits(ds, n_splits: int, test_fraction: float, seed: int) -> list:
     """Seeded random train/test splits (the noisy-NG paper's own 90/10 scheme): split k permutes the
     rows with ``numpy.random.default_rng(seed + k)`` and holds out the first ``round(test_fraction N)``."""
-    from bnnbench.data import Split
     N = len(ds.y)
     n_test = int(round(test_fraction * N))
     out = []
@@ -47,6 +47,9 @@ def random_splits(ds, n_splits: int, test_fraction: float, seed: int) -> list:
 
 
 def select_splits(ds, which, scheme: dict | None = None) -> list:
+    """The protocol's splits: ``all`` of the data set's (or of the protocol's random ``scheme``), the
+    first ``which`` ones, or those named; a name may also be an extra split of the data set
+    (MNIST's ``validation``: the first 50k training images against the last 10k)."""
     splits = list(ds.splits)
     if scheme and scheme.get("kind") == "random":
         n = int(scheme.get("n_splits_by_dataset", {}).get(ds.name.split("/")[-1], scheme.get("n_splits", 20)))
@@ -56,7 +59,7 @@ def select_splits(ds, which, scheme: dict | None = None) -> list:
     if isinstance(which, int):
         return splits[:which]
     names = [str(w) for w in which]
-    by_name = {s.name: s for s in splits}
+    by_name = {**{v.name: v for v in ds.meta.values() if isinstance(v, Split)}, **{s.name: s for s in splits}}
     missing = [n for n in names if n not in by_name]
     if missing:
         raise ConfigError(f"unknown split(s) {missing} of {ds.name}; valid: {list(by_name)}")
@@ -65,7 +68,6 @@ def select_splits(ds, which, scheme: dict | None = None) -> list:
 
 def with_restarts(splits: list, restarts: int | None) -> list:
     """Each split ``restarts`` times, named ``<split>/<k>`` (random restarts on the same data)."""
-    from bnnbench.data import Split
     if not restarts:
         return splits
     return [Split(name=f"{s.name}/{k}", train=s.train, test=s.test) for s in splits for k in range(restarts)]
@@ -118,15 +120,18 @@ def make_problem(spec: RunSpec, model: MLP, data: ReplicaData, hparams: list[dic
 
 
 def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, *, device, dtype, eval_every=None,
-        stop_on_divergence=True, progress=False, desc="", eval_samples=None, checkpoint=None, checkpoint_every=10):
-    """Train one batched program: replica r trains on ``pairs[data_index[r]]`` with ``hparams[r]``."""
+        stop_on_divergence=True, progress=False, desc="", eval_samples=None, checkpoint=None, checkpoint_every=10,
+        epochs=None, init_state=None, eval_samples_final=None):
+    """Train one batched program: replica r trains on ``pairs[data_index[r]]`` with ``hparams[r]``.
+    ``init_state`` continues a trained state (a later stage) with this data's sizes and priors."""
     data = ReplicaData.build(ds.X, ds.y, pairs, data_index, spec.normalize_x,
                              spec.normalize_y and spec.task == "regression", device=device, dtype=dtype)
     out_dim = 1 if spec.task != "multiclass" else int(ds.n_classes)
     model = MLP([int(np.prod(ds.X.shape[1:])), *spec.model_hidden, out_dim], spec.activation)
     method = method_class(spec.method.name)(spec.method, model, spec.likelihood)
-    state = method.init(make_problem(spec, model, data, hparams), generator)
-    return train(method, state, data, epochs=spec.epochs, batch_size=spec.batch_size, lr_drop=spec.lr_drop,
+    problem = make_problem(spec, model, data, hparams)
+    state = method.init(problem, generator) if init_state is None else {**init_state, **hyper_state(problem)}
+    return train(method, state, data, epochs=epochs or spec.epochs, eval_samples_final=eval_samples_final, batch_size=spec.batch_size, lr_drop=spec.lr_drop,
                  eval_samples=eval_samples or spec.eval_samples, generator=generator, task=spec.task,
                  eval_every=eval_every, stop_on_divergence=stop_on_divergence, progress=progress, desc=desc,
                  checkpoint=checkpoint, checkpoint_every=checkpoint_every)
@@ -243,7 +248,8 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
     device = device_of(cfg)
     dtype = {"float32": torch.float32, "float64": torch.float64}[cfg.get("dtype", "float32")]
     torch.manual_seed(int(cfg.seed))
-    splits = with_restarts(select_splits(ds, spec.splits, spec.split_scheme), spec.restarts)
+    splits = stage_splits(ds, spec, spec.stages[-1]["split"]) if spec.stages else \
+        subset(with_restarts(select_splits(ds, spec.splits, spec.split_scheme), spec.restarts), spec.subset)
     resolved = {"method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
                 "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
                 "dtype": cfg.get("dtype", "float32")}
@@ -268,16 +274,21 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
     t_hpo = time.perf_counter() - t0
     gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
     pairs = [(s.train, s.test) for s in splits]
+    opts = dict(device=device, dtype=dtype, eval_every=spec.eval_every, stop_on_divergence=True,
+                progress=cfg.get("progress", False), desc=f"{cfg.method.name} {ds.name}",
+                checkpoint_every=int(cfg.get("checkpoint_every", 10)))
+    stage_files = [Path(run_dir) / f".stage{k}-{chash}.pt" for k in range(len(spec.stages or []))]
     try:
-        res = fit(spec, ds, pairs, list(range(len(pairs))), hparams, gen, device=device, dtype=dtype,
-                  eval_every=spec.eval_every, stop_on_divergence=True, progress=cfg.get("progress", False),
-                  desc=f"{cfg.method.name} {ds.name}", checkpoint=ck_fit,
-                  checkpoint_every=int(cfg.get("checkpoint_every", 10)))
+        if spec.stages:
+            res, stages = fit_stages(spec, ds, hparams, gen, stage_files, ck_fit, **opts)
+        else:
+            res, stages = fit(spec, ds, pairs, list(range(len(pairs))), hparams, gen, checkpoint=ck_fit,
+                              eval_samples_final=spec.eval_samples_final, **opts), None
     except DivergenceError as e:
         results.write_failure(run_dir, str(e), {**base, "hparams": hparams,
                                                  "wall_time_s": time.perf_counter() - t0})
-        ck_fit.unlink(missing_ok=True)
-        ck_hpo.unlink(missing_ok=True)
+        for f in (ck_fit, ck_hpo, *stage_files, *Path(run_dir).glob(f".checkpoint-{chash}-stage*.pt")):
+            f.unlink(missing_ok=True)
         raise
     keys = [k for k in res.final if k != "train_objective"]
     per_split = [{"split": s.name, **{k: float(res.final[k][i]) for k in keys}} for i, s in enumerate(splits)]
@@ -291,12 +302,63 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
               "stderr_convention": STDERR_CONVENTION, "loglik_convention_of_paper": spec.loglik,
               "hparams": [{"split": s.name, **h} for s, h in zip(splits, hparams)], "hpo_trace": trace,
               "wall_time_s": time.perf_counter() - t0, "hpo_time_s": t_hpo, "train_time_s": res.wall_time_s,
-              "train_steps": res.steps, "versions": results.versions(), "git_commit": commit}
+              "train_steps": res.steps, "versions": results.versions(), "git_commit": commit,
+              **({"stages": stages} if stages else {})}
     results.write_record(run_dir, record, history={"epochs": res.history.epochs, "metrics": res.history.metrics,
                                                    "splits": [s.name for s in splits]})
-    ck_fit.unlink(missing_ok=True)
-    ck_hpo.unlink(missing_ok=True)
+    for f in (ck_fit, ck_hpo, *stage_files, *Path(run_dir).glob(f".checkpoint-{chash}-stage*.pt")):
+        f.unlink(missing_ok=True)
     return record
+
+
+def subset(splits: list, sub: dict | None) -> list:
+    """The first ``sub["train"]`` training and ``sub["test"]`` evaluation rows of each split (fast protocols)."""
+    if not sub:
+        return splits
+    n_tr, n_te = sub.get("train"), sub.get("test")
+    return [Split(s.name, s.train[:n_tr] if n_tr else s.train, s.test[:n_te] if n_te else s.test) for s in splits]
+
+
+def stage_splits(ds, spec: RunSpec, name: str) -> list:
+    return subset(with_restarts(select_splits(ds, [name], spec.split_scheme), spec.restarts), spec.subset)
+
+
+def fit_stages(spec: RunSpec, ds, hparams, gen, stage_files, checkpoint, **opts):
+    """Train through ``spec.stages`` in turn, each on its own split, the method's state (step counter,
+    momentum, curvature) carried over and only the data size and priors renewed: the MNIST schedule of
+    SLANG's code (100 epochs on the first 50k images, then continued on all 60k). A finished stage is saved
+    in ``stage_files[k]`` (state and generator), so an interrupted run resumes in the stage it was in.
+    Returns the last stage's result, its history with every stage's evaluations (epochs counted on), and
+    per stage its split, epochs and final metrics."""
+    state, epochs, steps, wall, summary = None, [], 0, 0.0, []
+    hist = {"epochs": [], "metrics": []}
+    for k, st in enumerate(spec.stages):
+        splits = stage_splits(ds, spec, st["split"])
+        last = k == len(spec.stages) - 1
+        if stage_files[k].exists() and not last:
+            done = torch.load(stage_files[k], map_location=opts["device"], weights_only=False)
+            gen.set_state(done["generator"])
+            state, res_final, h, w, n = done["state"], done["final"], done["history"], done["wall"], done["steps"]
+        else:
+            pairs = [(s.train, s.test) for s in splits]
+            ck = checkpoint.with_name(f"{checkpoint.stem}-stage{k}.pt")
+            res = fit(spec, ds, pairs, list(range(len(pairs))), hparams, gen, epochs=st["epochs"], init_state=state,
+                      checkpoint=ck, eval_samples_final=spec.eval_samples_final if last else None, **opts)
+            state, res_final, h, w, n = (res.state, {k_: v.tolist() for k_, v in res.final.items()},
+                                         res.history.to_dict(), res.wall_time_s, res.steps)
+            if not last:
+                save_checkpoint(stage_files[k], {"state": state, "final": res_final, "history": h, "wall": w,
+                                                 "steps": n, "generator": gen.get_state()})
+                ck.unlink(missing_ok=True)
+        offset = sum(s["epochs"] for s in spec.stages[:k])
+        hist["epochs"] += [e + offset for e in h["epochs"]]
+        hist["metrics"] += h["metrics"]
+        steps, wall = steps + n, wall + w
+        summary.append({"split": st["split"], "epochs": st["epochs"], "n_train": len(splits[0].train),
+                        "n_eval": len(splits[0].test), "final": res_final})
+    res.history.epochs, res.history.metrics = hist["epochs"], hist["metrics"]
+    res.steps, res.wall_time_s = steps, wall
+    return res, summary
 
 
 def _logreg_priors(spec, ds, hparams):

@@ -69,6 +69,7 @@ EXTRA_COLUMNS = [
     "error_kind",
     "stderr_convention",
     "run_status",
+    "protocol",
 ]
 VERDICTS = ("reproduced", "better", "worse", "not_run")
 GOOD = ("reproduced", "better")
@@ -179,6 +180,9 @@ def verdict(
       z = (ours - paper) / sqrt(ours_se**2 + e**2); |z| <= 2 -> ``reproduced``,
       else ``better``/``worse`` by ``higher_is_better``.  A zero denominator
       falls through to the no-error rule.
+    * Else with ``kind="binomial"`` (a single run's error rate, ``ours_se`` its binomial standard error):
+      z = (ours - paper) / sqrt(ours_se**2 + h**2), |z| <= 2 -> ``reproduced`` (SLANG Table 3: about
+      0.3 percentage points on 10k test images).
     * Else: |ours - paper| / |paper| <= 0.05 -> ``reproduced``
       (``kind="kl"``: 1/1.25 <= ours/paper <= 1.25), else better/worse.
 
@@ -207,6 +211,8 @@ def verdict(
         denom = math.sqrt(se * se + e * e)
         if denom > 0 and math.isfinite(denom):
             z = diff / denom
+    elif kind == "binomial" and se > 0:
+        z = diff / math.sqrt(se * se + h * h)
 
     # 1. rounding: the printed precision cannot tell them apart
     if math.isfinite(ours):
@@ -276,7 +282,7 @@ def _spec_metrics(spec: Mapping) -> dict[str, dict]:
             m["higher_is_better"] = _DEFAULT_HIGHER_IS_BETTER[pm]
         m["higher_is_better"] = bool(m["higher_is_better"])
         if not m.get("kind"):
-            m["kind"] = "kl" if "kl" in pm.split("_") else "default"
+            m["kind"] = "binomial" if m.get("se_metric") else "kl" if "kl" in pm.split("_") else "default"
         out[str(key)] = m
     if not out:
         raise ValueError(f"spec {spec.get('name')!r} selects no metrics")
@@ -322,6 +328,17 @@ def _load_record(path: Path) -> dict | None:
             return json.load(f)
     except (OSError, ValueError):
         return None
+
+
+def _protocol_of(rec: Mapping | None) -> str:
+    """The protocol a record ran under, with its training stages (SLANG Table 3 on CPU runs shortened ones)."""
+    if rec is None:
+        return ""
+    out = str(rec.get("protocol") or "")
+    stages = rec.get("stages") or []
+    if stages:
+        out += " (" + " + ".join(f"{s['epochs']} ep. on {s['n_train']}" for s in stages) + ")"
+    return out
 
 
 def _summary_of(rec: Mapping, key: str) -> tuple[float, float, float]:
@@ -407,9 +424,11 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                 used_m.add(mid), used_d.add(ds), used_k.add(key)
                 p_dec = _as_decimal(cell["value"])
                 e_dec = _as_decimal(cell["error"])
-                scale = float(cell["scale"]) if not _is_missing(cell["scale"]) else 1.0
+                scale = float(cell["scale"]) if not _is_missing(cell["scale"]) else float(mm.get("scale", 1.0))
                 if rec is not None:
                     ours, se, n = _summary_of(rec, key)
+                    if mm.get("se_metric") and n == 1:  # one run: the metric's own standard error (binomial)
+                        se = _summary_of(rec, mm["se_metric"])[0]
                     wall = rec.get("wall_time_s")
                     wall = nan if _is_missing(wall) else float(wall)
                     conv = str(rec.get("stderr_convention") or "")
@@ -418,6 +437,7 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                     ours = se = n = wall = nan
                     conv = ""
                     status = run_status
+                proto = _protocol_of(rec)
                 v, z = verdict(
                     None if math.isnan(ours) else ours / scale,
                     se / scale if not math.isnan(se) else se,
@@ -449,6 +469,7 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                     "error_kind": cell["error_kind"],
                     "stderr_convention": conv,
                     "run_status": status,
+                    "protocol": proto,
                 })
 
     unmatched = []
@@ -592,6 +613,9 @@ def _conventions(df: pd.DataFrame, spec: Mapping) -> list[str]:
         f"Error bars: ours = mean \u00b1 standard error over splits ({conv}); "
         f"paper = value \u00b1 as printed (kind of error: {kind_txt}).")
     lines.append(VERDICT_RULE)
+    if "kind" in df.columns and (df["kind"] == "binomial").any():
+        lines.append("Single-run error rates (no ± printed): se_ours is the binomial standard error "
+                     "√(err (1 − err) / n_test) of our run, and the z rule above applies with it.")
     mparts = []
     for key, m in (spec.get("metrics") or {}).items():
         if not isinstance(m, Mapping):
@@ -606,8 +630,8 @@ def _conventions(df: pd.DataFrame, spec: Mapping) -> list[str]:
     if ll:
         lines.append(f"Log-likelihood convention: {ll}")
     if "scale" in df.columns and (df["scale"].fillna(1.0) != 1.0).any():
-        lines.append("Cells printed with a scale (e.g. KL \u00d710^4) are shown and "
-                     "compared as printed value \u00d7 scale.")
+        lines.append("Cells printed with a scale (KL \u00d710^4, error in %) are shown and "
+                     "compared as printed value \u00d7 scale (KL on its true scale, error as a fraction).")
     return lines
 
 
@@ -670,11 +694,13 @@ def _verdict_md(r) -> str:
 
 def _long_rows(df: pd.DataFrame, spec: Mapping) -> list[str]:
     """``layout: long``: one row per published cell (dataset, metric, method), for tables with many columns."""
-    out = ["| Dataset | Metric | Method | ours | paper | verdict |", "|---|---|---|--:|--:|:-:|"]
+    proto = bool(spec.get("show_protocol"))
+    out = ["| Dataset | Metric | Method | ours | paper | verdict |" + (" protocol of ours |" if proto else ""),
+           "|---|---|---|--:|--:|:-:|" + ("---|" if proto else "")]
     for r in df.to_dict("records"):
         ours, paper = _cell_strings(r)
         cells = [r["dataset"], _metric_label(r["metric"], spec), _method_label(r["method"], r["setting"]),
-                 ours, paper, _verdict_md(r)]
+                 ours, paper, _verdict_md(r)] + ([r.get("protocol") or ""] if proto else [])
         out.append("| " + " | ".join(_md_escape(str(c)) for c in cells) + " |")
     return out
 

@@ -106,7 +106,7 @@ def test_wrong_values_fail_at_start(tmp_path, override, match):
 @pytest.mark.parametrize("data", ["uci/protein", "mnist"])
 def test_protocol_without_the_dataset_lists_valid_ones(tmp_path, data):
     with pytest.raises(ConfigError, match=r"does not define data set .*it defines: boston, .*protocol=<name>") as e:
-        _run(tmp_path, f"data={data}")
+        _run(tmp_path, f"data={data}", "protocol=slang_uci")
     assert "mnist/" not in str(e.value)
 
 

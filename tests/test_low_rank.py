@@ -93,3 +93,5 @@ def test_implicit_gradient_products_match_materialised():
     assert torch.allclose(gradient_gram(acts, gs), G.transpose(1, 2) @ G)
     assert torch.allclose(gradient_t_times(model, acts, gs, V), G.transpose(1, 2) @ V)
     assert torch.allclose(gradient_times(model, acts, gs, W), G @ W)
+    acc = V.clone()
+    assert gradient_times(model, acts, gs, W, out=acc) is acc and torch.allclose(acc, V + G @ W)

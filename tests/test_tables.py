@@ -59,6 +59,16 @@ class TestVerdict:
         # z is still reported: e = max(0, h=0.005), denom = sqrt(1e-6 + 2.5e-5)
         assert z == pytest.approx(0.004 / math.sqrt(0.001**2 + 0.005**2))
 
+    def test_single_run_error_rate_uses_its_binomial_standard_error(self):
+        # SLANG Table 3: 1.82 % printed without error; one run on 10k images at ~1.9 % has se ~0.137 pp
+        se = 100 * math.sqrt(0.019 * 0.981 / 10000)
+        v, z = verdict(1.82 + 0.27, se, "1.82", "", False, "binomial")
+        assert v == "reproduced" and z == pytest.approx(0.27 / math.sqrt(se ** 2 + 0.005 ** 2))
+        assert verdict(1.82 + 0.29, se, "1.82", "", False, "binomial")[0] == "worse"
+        assert verdict(1.82 - 0.29, se, "1.82", "", False, "binomial")[0] == "better"
+        # without the binomial kind the no-error rule (5 % relative) applies
+        assert verdict(1.82 + 0.27, se, "1.82", "", False)[0] == "worse"
+
     def test_z_just_inside_and_outside(self):
         # paper 3.43 ± 0.20, se 0.15 -> denom 0.25; 2*0.25 = 0.5
         assert verdict(3.43 + 0.49, 0.15, "3.43", "0.20", False) == \

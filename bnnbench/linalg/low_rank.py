@@ -17,11 +17,12 @@ def fast_inverse(U: torch.Tensor, d: torch.Tensor, v: torch.Tensor) -> torch.Ten
     vec = v.dim() == 2
     if vec:
         v = v.unsqueeze(-1)
-    Dinv_v = v / d.unsqueeze(-1)
-    Dinv_U = U / d.unsqueeze(-1)
+    d = d.unsqueeze(-1)
+    Dinv_v = v / d
+    Us = U * d.rsqrt()                                          # D^-1/2 U: U^T D^-1 U = Us^T Us
     L = U.shape[-1]
-    cap = torch.eye(L, dtype=U.dtype, device=U.device) + U.transpose(-1, -2) @ Dinv_U
-    x = Dinv_v - Dinv_U @ torch.linalg.solve(cap, U.transpose(-1, -2) @ Dinv_v)
+    cap = torch.eye(L, dtype=U.dtype, device=U.device) + Us.transpose(-1, -2) @ Us
+    x = Dinv_v - (U @ torch.linalg.solve(cap, U.transpose(-1, -2) @ Dinv_v)) / d
     return x[..., 0] if vec else x
 
 
@@ -38,9 +39,8 @@ def fast_sample(U: torch.Tensor, d: torch.Tensor, eps: torch.Tensor) -> torch.Te
     e = e.clamp_min(0)
     r = torch.sqrt(1 + e)
     k = -1.0 / (r * (1 + r))
-    VQ = V @ Q                                                 # [R, P, L]
-    coef = (eps @ VQ) * k.unsqueeze(1)                         # [R, S, L]
-    return (eps + coef @ VQ.transpose(-1, -2)) * sd.unsqueeze(1)
+    coef = ((eps @ V) @ Q) * k.unsqueeze(1)                    # [R, S, L]
+    return (eps + (coef @ Q.transpose(-1, -2)) @ V.transpose(-1, -2)) * sd.unsqueeze(1)
 
 
 def fast_eig(matmul, probes: torch.Tensor, rank: int, n_iter: int = 4) -> tuple[torch.Tensor, torch.Tensor]:

@@ -96,22 +96,23 @@ def gradient_t_times(model: MLP, acts, gs, V: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def gradient_times(model: MLP, acts, gs, W: torch.Tensor) -> torch.Tensor:
-    """``G W [R, P, k]`` for ``W [R, n, k]``: ``sum_i W_ik a_i^T g_i`` per layer (and ``sum_i W_ik g_i``)."""
-    parts = []
+def gradient_times(model: MLP, acts, gs, W: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``G W [R, P, k]`` for ``W [R, n, k]``: ``sum_i W_ik a_i^T g_i`` per layer (and ``sum_i W_ik g_i``).
+    With ``out`` the product is added to it in place (``out += G W``), without a second ``[R, P, k]`` buffer."""
     R, n, k = W.shape
-    for a, g in zip(acts, gs):
+    if out is None:
+        out = W.new_zeros(R, model.n_params, k)
+    for (w, b, d_in, d_out), a, g in zip(model.slices, acts, gs):
         a, g = _flat(a), _flat(g)
-        d_in, d_out = a.shape[-1], g.shape[-1]
+        ow = out[:, w].view(R, d_in, d_out, k)
         if d_in < d_out:   # [R, n, d_in * k]^T @ g -> [R, d_in, k, d_out]
             aW = (a.unsqueeze(-1) * W.unsqueeze(-2)).reshape(R, n, d_in * k)
-            Gw = (aW.transpose(1, 2) @ g).reshape(R, d_in, k, d_out).transpose(2, 3)
+            ow += (aW.transpose(1, 2) @ g).reshape(R, d_in, k, d_out).transpose(2, 3)
         else:              # a^T @ [R, n, d_out * k] -> [R, d_in, d_out, k]
             gW = (g.unsqueeze(-1) * W.unsqueeze(-2)).reshape(R, n, d_out * k)
-            Gw = (a.transpose(1, 2) @ gW).reshape(R, d_in, d_out, k)
-        parts.append(Gw.flatten(1, 2))
-        parts.append(g.transpose(1, 2) @ W)
-    return torch.cat(parts, dim=1)
+            ow += (a.transpose(1, 2) @ gW).reshape(R, d_in, d_out, k)
+        out[:, b] += g.transpose(1, 2) @ W
+    return out
 
 
 def materialise(model: MLP, acts, gs) -> torch.Tensor:

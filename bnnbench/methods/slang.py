@@ -82,8 +82,8 @@ class SLANG(Method):
         diag_G = scale * sum_sq_grads(self.model, acts, gs).sum(1)
 
         U_new = self.top_eig(U, acts, gs, beta, scale, probes)
-        old_diag = (1 - beta) * (U * U).sum(-1) + beta * diag_G
-        d_new = (1 - beta) * d + beta * lam + (old_diag - (U_new * U_new).sum(-1)).clamp_min(0)
+        old_diag = (1 - beta) * torch.linalg.vector_norm(U, dim=-1) ** 2 + beta * diag_G
+        d_new = (1 - beta) * d + beta * lam + (old_diag - torch.linalg.vector_norm(U_new, dim=-1) ** 2).clamp_min(0)
 
         rho = float(self.cfg.get("momentum", 0.0))
         if rho > 0:
@@ -116,8 +116,11 @@ class SLANG(Method):
         def Gt(V):
             return G.transpose(1, 2) @ V if materialised else c * gradient_t_times(self.model, acts, gs, V)
 
-        def Gx(W):
-            return G @ W if materialised else c * gradient_times(self.model, acts, gs, W)
+        def Gx(W, out=None):
+            """``out + G W`` (``out`` updated in place on the fast path)."""
+            if materialised:
+                return G @ W if out is None else out + G @ W
+            return gradient_times(self.model, acts, gs, c * W, out=out)
 
         n = acts[0].shape[1] * acts[0].shape[2]                              # S * M per-example gradients
         if how == "gram" and P <= n + L:  # small models: eigh of the P x P matrix itself is the cheaper exact route
@@ -133,12 +136,11 @@ class SLANG(Method):
             BtB = torch.cat([torch.cat([UU, UG], 2), torch.cat([UG.transpose(1, 2), GG], 2)], 1)
             e, V = torch.linalg.eigh(BtB)
             e, V = e.flip(-1)[:, :L], V.flip(-1)[:, :, :L]
-            U_new = a_U * (U @ V[:, :L]) + Gx(V[:, L:])                   # B v_k, norm sqrt(e_k)
-            keep = (e > 1e-6).to(U.dtype)
+            V = V * (e > 1e-6).to(U.dtype).unsqueeze(1)                   # drop null directions
+            U_new = Gx(V[:, L:], out=U @ (a_U * V[:, :L]))                # B v_k, norm sqrt(e_k)
             if e.shape[-1] < L:  # fewer columns than the rank (tiny problems)
                 U_new = torch.cat([U_new, U_new.new_zeros(R, P, L - e.shape[-1])], -1)
-                keep = torch.cat([keep, keep.new_zeros(R, L - e.shape[-1])], -1)
-            return U_new * keep.unsqueeze(1)
+            return U_new
         if how != "randomized":
             raise ValueError(f"unknown eig {how!r}; valid: gram, randomized")
 

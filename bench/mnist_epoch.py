@@ -1,0 +1,42 @@
+"""CPU (or GPU) time of SLANG Table 3's protocol per rank L and for BBB, from measured step times.
+
+784-400-400-10, minibatch 200, 4 MC samples per step (the protocol), one replica: milliseconds per step,
+the implied time of one epoch on 50k images (250 steps) and of the whole schedule (100 epochs on 50k,
+300 on 60k: 115 000 steps), and SLANG's epoch relative to an Adam (MAP) epoch on the same network with
+one sample, measured in the same run (issue 5 asks for <= 5x at L = 32).
+
+    python bench/mnist_epoch.py [--steps 5] [--device cpu] [--ranks 1,8,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from step_ratios import CFG, time_steps
+
+STEPS_EPOCH = 50000 // 200
+STEPS_PROTOCOL = 100 * (50000 // 200) + 300 * (60000 // 200)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--ranks", default="1,8,32")
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {dev}")
+    mn = dict(sizes=[784, 400, 400, 10], lik="categorical", R=1, M=200, steps=args.steps, device=dev)
+    adam = time_steps("map", CFG["map"], **{**mn, "steps": 4 * args.steps})
+    print(f"  {'Adam (MAP), 1 sample':<24s} {adam:8.1f} ms/step  epoch {adam * STEPS_EPOCH / 1e3:7.1f} s")
+    rows = [("BBB", "bbb", {}), *[(f"SLANG L={L}", "slang", {"rank": int(L)}) for L in args.ranks.split(",")]]
+    for label, name, over in rows:
+        ms = time_steps(name, {**CFG[name], **over, "train_samples": 4}, **mn)
+        print(f"  {label + ', 4 samples':<24s} {ms:8.1f} ms/step  epoch {ms * STEPS_EPOCH / 1e3:7.1f} s  "
+              f"protocol {ms * STEPS_PROTOCOL / 3.6e6:6.1f} h  epoch / Adam epoch {ms / adam:5.1f}x")
+
+
+if __name__ == "__main__":
+    main()
