@@ -209,7 +209,8 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     Evaluates every ``eval_every`` epochs (and at the end), recording the evaluation metrics and the
     mean training objective of the epoch; evaluation draws its samples from the same generator, so
     the evaluation schedule is part of a run's configuration; the last evaluation draws
-    ``eval_samples_final`` samples when given (MNIST: 10 during training, 1000 at the end). ``lr_drop = {"at": a, "factor": f}``
+    ``eval_samples_final`` samples when given (MNIST: 10 during training, 1000 at the end).
+    ``lr_drop = {"at": a, "factor": f}``
     multiplies the method's step sizes by f from epoch ``a * epochs`` on (``method.lr_scale``). A
     replica whose objective or state becomes non-finite is marked diverged; with
     ``stop_on_divergence`` training stops with ``DivergenceError`` naming the replicas and the epoch.

@@ -131,8 +131,9 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, *, device, dty
     method = method_class(spec.method.name)(spec.method, model, spec.likelihood)
     problem = make_problem(spec, model, data, hparams)
     state = method.init(problem, generator) if init_state is None else {**init_state, **hyper_state(problem)}
-    return train(method, state, data, epochs=epochs or spec.epochs, eval_samples_final=eval_samples_final, batch_size=spec.batch_size, lr_drop=spec.lr_drop,
-                 eval_samples=eval_samples or spec.eval_samples, generator=generator, task=spec.task,
+    return train(method, state, data, epochs=epochs or spec.epochs, batch_size=spec.batch_size, lr_drop=spec.lr_drop,
+                 eval_samples=eval_samples or spec.eval_samples, eval_samples_final=eval_samples_final,
+                 generator=generator, task=spec.task,
                  eval_every=eval_every, stop_on_divergence=stop_on_divergence, progress=progress, desc=desc,
                  checkpoint=checkpoint, checkpoint_every=checkpoint_every)
 
@@ -330,7 +331,7 @@ def fit_stages(spec: RunSpec, ds, hparams, gen, stage_files, checkpoint, **opts)
     in ``stage_files[k]`` (state and generator), so an interrupted run resumes in the stage it was in.
     Returns the last stage's result, its history with every stage's evaluations (epochs counted on), and
     per stage its split, epochs and final metrics."""
-    state, epochs, steps, wall, summary = None, [], 0, 0.0, []
+    state, steps, wall, summary = None, 0, 0.0, []
     hist = {"epochs": [], "metrics": []}
     for k, st in enumerate(spec.stages):
         splits = stage_splits(ds, spec, st["split"])
