@@ -23,16 +23,8 @@ TINY = ["protocol.epochs=2", "protocol.splits=[0,1,2]", "protocol.eval_every=1",
 
 
 @pytest.fixture(scope="module", autouse=True)
-def env(tmp_path_factory):
-    old = {k: os.environ.get(k) for k in ("BNNBENCH_MIRROR", "BNNBENCH_CACHE", "BNNBENCH_OFFLINE")}
-    os.environ.update(BNNBENCH_MIRROR=str(MIRROR), BNNBENCH_CACHE=str(tmp_path_factory.mktemp("cache")),
-                      BNNBENCH_OFFLINE="1")
+def env(module_env):
     yield
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def _run(tmp_path, *overrides):

@@ -22,16 +22,8 @@ TINY = ["protocol=slang_mnist_fast", "model.hidden=[16]", "protocol.subset.train
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    old = {k: os.environ.get(k) for k in ("BNNBENCH_MIRROR", "BNNBENCH_CACHE", "BNNBENCH_OFFLINE")}
-    os.environ.update(BNNBENCH_MIRROR=str(MIRROR), BNNBENCH_CACHE=str(tmp_path_factory.mktemp("cache")),
-                      BNNBENCH_OFFLINE="1")
+def env(module_env):
     yield
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def test_plain_mnist_run_gets_the_slang_table3_protocol():
