@@ -126,10 +126,10 @@ def test_libsvm_random_split_sets(load, name, n, d, neg, pos, ntr):
     assert np.bincount(ds.y).tolist() == [neg, pos]
     assert -1 <= ds.X.min() and ds.X.max() <= 1
     assert len(ds.splits) == 20
-    for s, sp in enumerate(ds.splits):
+    for s, sp in enumerate(ds.splits, start=1):
         assert sp.name == str(s) and len(sp.train) == ntr and len(sp.test) == n - ntr
         _check_partition(ds, sp)
-        perm = np.random.default_rng(s).permutation(n)
+        perm = np.argsort(np.random.RandomState(s).random_sample(n))   # MATLAB: setSeed(s); randperm(n)
         np.testing.assert_array_equal(sp.train, perm[:n // 2])
     assert not np.array_equal(np.sort(ds.splits[0].train), np.sort(ds.splits[1].train))
 

@@ -383,7 +383,7 @@ def test_breast_cancer_full_vs_mf(tmp_path, monkeypatch):
     from bnnbench.data import load_dataset
 
     ds = load_dataset("libsvm/breast_cancer")
-    split = ds.get_split("0")
+    split = ds.get_split("1")
     X = np.c_[np.ones(len(ds.X)), ds.X]
     Xtr, ytr, Xte, yte = X[split.train], ds.y[split.train], X[split.test], ds.y[split.test]
     assert Xtr.shape == (341, 11)
@@ -394,7 +394,7 @@ def test_breast_cancer_full_vs_mf(tmp_path, monkeypatch):
     skl = ev.sym_kl(full.mean, full.cov, mf.mean, mf.cov)
     mat_full = ev.neg_elbo_per_point(full.mean, full.cov, Xtr, ytr, lam, method="marlin", matlab_kl=True)
     mat_mf = ev.neg_elbo_per_point(mf.mean, mf.cov, Xtr, ytr, lam, method="marlin", matlab_kl=True)
-    print(f"\nbreast cancer split 0: negELBO/N full {full.neg_elbo_per_point:.6f} "
+    print(f"\nbreast cancer split 1: negELBO/N full {full.neg_elbo_per_point:.6f} "
           f"mf {mf.neg_elbo_per_point:.6f}; test NLL full {nll_full:.6f} mf {nll_mf:.6f}; "
           f"symKL(full, mf) {skl:.4f}; MATLAB convention (Marlin bound, KL without log lambda_bias) "
           f"full {mat_full:.6f} mf {mat_mf:.6f}; iterations {full.n_iter}/{mf.n_iter}")

@@ -1,11 +1,8 @@
 """Binary classification sets in LIBSVM format, and the SLANG/Vadam fixed presplits.
 
 * ``random_splits`` (australian, breast_cancer): the full LIBSVM file; labels mapped to {0, 1}
-  (australian: +1 -> 1, -1 -> 0; breast cancer: 4 (malignant) -> 1, 2 -> 0); 20 random 50/50
-  splits: split ``s`` (s = 0..19) is ``numpy.random.default_rng(s).permutation(N)``, the first
-  ``floor(N/2)`` entries training rows, the rest test rows (kept in permutation order).
-  SLANG's MATLAB code uses ``randperm`` after ``setSeed(s)`` (s = 1..20); numpy cannot
-  reproduce that stream, so these splits are *not* the paper's splits (same protocol only).
+  (australian: +1 -> 1, -1 -> 0; breast cancer: 4 (malignant) -> 1, 2 -> 0); the 20 random 50/50
+  splits of SLANG's and Vadam's MATLAB code (``matlab_randperm_splits``), named by their seed "1".."20".
 * ``presplit``: the fixed train/test CSVs of the SLANG/Vadam PyTorch code (space-separated,
   no bias column); X = [X_tr; X_te], one split named "presplit".
 * ``train_test`` (a1a): a1a (train) stacked on a1a.t (test), ``n_features=123``, one split
@@ -21,15 +18,31 @@ import numpy as np
 
 from .errors import DataError
 
+SPLIT_RULE = ("MATLAB setSeed(s); randperm(N) for s = 1..20 (MT19937 init_genrand(s), argsort of 53-bit "
+              "uniforms); first floor(N/2) rows train")
 
-def random_half_splits(n: int, n_splits: int = 20, train_fraction: float = 0.5):
-    """Split s: ``default_rng(s).permutation(n)``, first ``floor(n * train_fraction)`` rows train."""
+
+def matlab_randperm(n: int, seed: int) -> np.ndarray:
+    """MATLAB's ``setSeed(seed); p = randperm(n)`` as 0-based indices.
+
+    Khan's ``setSeed.m`` calls ``rand('twister', seed)``, which seeds MT19937 with ``init_genrand(seed)``
+    (as ``numpy.random.RandomState(seed)`` does), and ``randperm(n)`` is ``[~, p] = sort(rand(1, n))``,
+    MATLAB's doubles being the same 53-bit ``genrand_res53`` draws as ``RandomState.random_sample``.
+    Checked against the authors' numbers: Full-Gaussian Exact on these splits gives SLANG Table 1's
+    means (tests/test_logreg.py)."""
+    u = np.random.RandomState(int(seed)).random_sample(n)
+    return np.argsort(u, kind="stable")
+
+
+def matlab_randperm_splits(n: int, n_splits: int = 20, train_fraction: float = 0.5):
+    """The 50/50 splits of SLANG's ``get_data_log_reg.m`` (restart s uses split seed s = 1..n_splits):
+    ``p = randperm(N)`` after ``setSeed(s)``, the first ``floor(N * train_fraction)`` rows train."""
     from . import Split
 
     n_train = int(np.floor(n * train_fraction))
     out = []
-    for s in range(n_splits):
-        perm = np.random.default_rng(s).permutation(n)
+    for s in range(1, n_splits + 1):
+        perm = matlab_randperm(n, s)
         out.append(Split(str(s), perm[:n_train], perm[n_train:]))
     return tuple(out)
 
@@ -58,9 +71,8 @@ def build(name: str, spec: dict, files: dict[str, Path]):
     if kind == "random_splits":
         X, yraw = _read_svmlight(files[p["file"]], p["n_features"])
         y = map_labels(yraw, p["positive_label"], p["negative_label"], p["file"])
-        splits = random_half_splits(len(y), p["n_splits"], p["train_fraction"])
-        meta.update(source=p["file"], split_rule="numpy.random.default_rng(s).permutation(N); "
-                    "first floor(N/2) rows train (MATLAB randperm splits of SLANG not reproducible)")
+        splits = matlab_randperm_splits(len(y), p["n_splits"], p["train_fraction"])
+        meta.update(source=p["file"], split_rule=SPLIT_RULE)
     elif kind == "presplit":
         Xtr = np.loadtxt(files[p["X_tr"]], dtype=np.float64, ndmin=2)
         Xte = np.loadtxt(files[p["X_te"]], dtype=np.float64, ndmin=2)

@@ -3,8 +3,8 @@
 The .mat holds ``train_patterns`` / ``test_patterns`` (256 x 4649, values in [-1, 1], one
 column per image, row-major 16x16) and one-vs-rest ``±1`` label matrices (10 x 4649).
 ``usps/3vs5``: the 3s and 5s of train then test (original column order; 767 + 773 = 1540
-rows), label 5 -> 1, 3 -> 0, X float64 [1540, 256] (no bias column), 20 random 50/50 splits
-as for the LIBSVM sets (``default_rng(s)``; SLANG's MATLAB randperm splits are not reproducible).
+rows), label 5 -> 1, 3 -> 0, X float64 [1540, 256] (no bias column), the 20 random 50/50 splits
+of the authors' MATLAB code as for the LIBSVM sets (``libsvm.matlab_randperm_splits``, named "1".."20").
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def read_usps_mat(path: Path):
 
 def build(name: str, spec: dict, files: dict[str, Path]):
     from . import Dataset
-    from .libsvm import random_half_splits
+    from .libsvm import SPLIT_RULE, matlab_randperm_splits
 
     p = spec["params"]
     Xtr, dtr, Xte, dte = read_usps_mat(files[p["file"]])
@@ -52,7 +52,7 @@ def build(name: str, spec: dict, files: dict[str, Path]):
         "test_columns": np.flatnonzero(mte).tolist(),
         "image_shape": [16, 16],
         "bias_column": False,
-        "split_rule": "numpy.random.default_rng(s).permutation(N); first floor(N/2) rows train",
+        "split_rule": SPLIT_RULE,
     }
-    splits = random_half_splits(len(y), p["n_splits"], p["train_fraction"])
+    splits = matlab_randperm_splits(len(y), p["n_splits"], p["train_fraction"])
     return Dataset(name=name, task="binary", X=X, y=y, splits=splits, n_classes=2, meta=meta)
