@@ -88,6 +88,9 @@ def test_kfac_factors_match_the_explicit_fisher_of_a_tiny_network():
 
 
 def test_noisy_adam_step_matches_algorithm_1():
+    """Alg. 1 transcribed with a loop over examples: v is the minibatch-mean gradient, f the EMA of the
+    minibatch mean of the *per-example* squared sampled-target gradients (the diagonal of
+    F = Cov_{x, y ~ model}(Dw), eq. 8-11), not the square of the minibatch-mean gradient (~F/B)."""
     g = torch.Generator().manual_seed(2)
     model = MLP([2, 3, 1])
     cfg = dict(ADAM, learn_noise=False, train_samples=3)
@@ -105,6 +108,11 @@ def test_noisy_adam_step_matches_algorithm_1():
         ll = (0.5 * math.log(tau) - 0.5 * math.log(2 * math.pi) - 0.5 * tau * (yy - out) ** 2).mean()
         return torch.autograd.grad(ll, w)[0], out.detach()
 
+    def grad_i(w, i, yi):  # gradient of example i's log-likelihood alone
+        w = w.clone().requires_grad_(True)
+        out = model.forward(w[None, None], x[:, i:i + 1])[0, 0, 0, 0]
+        return torch.autograd.grad(-0.5 * tau * (yi - out) ** 2, w)[0]
+
     for k in range(1, 4):
         eps, yn = method.noise(state, batch, g)
         state, _ = method.step(state, batch, (eps, yn))
@@ -113,9 +121,9 @@ def test_noisy_adam_step_matches_algorithm_1():
         for s in range(3):
             w = mu + std * eps[0, s]
             gr, out = grad_ll(w, y[0])
-            gs, _ = grad_ll(w, out + yn[0, s] / math.sqrt(tau))  # targets sampled from the model
+            y_s = out + yn[0, s] / math.sqrt(tau)  # targets sampled from the model
             vs.append(gr - g_in * w)
-            fs.append(gs ** 2)
+            fs.append(torch.stack([grad_i(w, i, y_s[i]) ** 2 for i in range(x.shape[1])]).mean(0))
         m = 0.9 * m + 0.1 * torch.stack(vs).mean(0)
         f = 0.999 * f + 0.001 * torch.stack(fs).mean(0)
         mu = mu + 0.01 * (m / (1 - 0.9 ** k)) / (f + g_in)
@@ -143,3 +151,94 @@ def test_matrix_normal_kl_against_dense():
         p = torch.distributions.MultivariateNormal(torch.zeros(k, dtype=DT), covariance_matrix=0.5 * torch.eye(k, dtype=DT))
         ref += torch.distributions.kl_divergence(q, p)
     assert torch.allclose(method.kl(state)[0], 0.7 * ref)
+
+
+def test_noisy_adam_fisher_is_the_per_example_fisher_of_a_tiny_network():
+    """beta_2 = 0 (f = one minibatch estimate), weights at the mean (negligible posterior noise), many
+    sampled targets: f equals the exact diagonal Fisher (1/B) sum_i tau J_i^2 of the minibatch,
+    J_i = d f(x_i) / d theta (eq. 8-11: F = Cov_{x ~ p_D, y ~ p(y|x,w)}(Dw), per example)."""
+    from torch.func import jacrev
+    g = torch.Generator().manual_seed(3)
+    model = MLP([2, 3, 1])
+    cfg = dict(ADAM, betas=[0.9, 0.0], f_init=1.0, kl_weight=1e-12, train_samples=20000, learn_noise=False)
+    method = METHODS["noisy_adam"](OmegaConf.create(cfg), model, "gaussian")
+    state = method.init(_problem(model), g)
+    tau, B = 2.0, 6
+    state["noise_prec"] = torch.tensor([tau], dtype=DT)
+    x, y = torch.randn(1, B, 2, generator=g, dtype=DT), torch.randn(1, B, generator=g, dtype=DT)
+    batch = Batch(x, y, torch.tensor([40]))
+    new, _ = method.step(state, batch, method.noise(state, batch, g))
+    theta = state["mean"][0]
+    J = jacrev(lambda th: model.forward(th[None, None], x)[0, 0, :, 0])(theta)  # [B, P]
+    F_diag = tau * (J * J).mean(0)
+    assert torch.allclose(new["f"][0], F_diag, rtol=0.05, atol=0.02 * F_diag.max().item())
+    assert not new["f"].requires_grad  # no autograd graph carried from step to step
+
+
+def test_noisy_kfac_momentum_step_against_dense_transcription():
+    """Three steps of noisy K-FAC with momentum (the authors' regression code, mvg_optimizer.py): per layer
+    m <- b1 m + (1 - b1) V, V = mean over particles of grad_W log p (minibatch mean) - gamma_in W, and
+    vec(M) <- vec(M) + alpha (A^g (x) S^g)^-1 vec(m / (1 - b1^k)) with dense Kronecker inverses; the
+    factors follow eq. 12 from a loop over examples."""
+    g = torch.Generator().manual_seed(4)
+    model = MLP([2, 3, 1])
+    cfg = dict(KFAC, momentum=0.9, learn_noise=False, train_samples=2)
+    method = METHODS["noisy_kfac"](OmegaConf.create(cfg), model, "gaussian")
+    state = method.init(_problem(model), g)
+    N, lam, tau, B, beta, alpha = 40, 2.0, 1.0, 4, 0.1, 0.01
+    g_in = lam / N
+    x, y = torch.randn(1, B, 2, generator=g, dtype=DT), torch.randn(1, B, generator=g, dtype=DT)
+    batch = Batch(x, y, torch.tensor([N]))
+    L = len(model.slices)
+    mu = state["mean"][0].clone()
+    A = [state[f"A{l}"][0].clone() for l in range(L)]
+    S = [state[f"S{l}"][0].clone() for l in range(L)]
+    mom = [torch.zeros(d_in + 1, d_out, dtype=DT) for _, _, d_in, d_out in model.slices]
+
+    def flat_from_hom(hs):
+        return torch.cat([torch.cat([h[:-1].flatten(), h[-1]]) for h in hs])
+
+    for k in range(1, 4):
+        eps, yn = method.noise(state, batch, g)
+        hom_s = [h[0].detach() for h in method._sample_hom(state, eps)]  # sampled weights (eq. 13, tested above)
+        damped = []
+        for l in range(L):  # eq. 13 damping of the factors before this step
+            pi = math.sqrt((A[l].trace() / A[l].shape[0]) / (S[l].trace() / S[l].shape[0]))
+            damped.append((A[l] + pi * math.sqrt(g_in) * torch.eye(A[l].shape[0], dtype=DT),
+                           S[l] + math.sqrt(g_in) / pi * torch.eye(S[l].shape[0], dtype=DT)))
+        state, _ = method.step(state, batch, (eps, yn))
+        newA = [torch.zeros_like(a) for a in A]
+        newS = [torch.zeros_like(s_) for s_ in S]
+        Vs = [torch.zeros_like(m_) for m_ in mom]
+        for s in range(2):
+            th = flat_from_hom([h[s] for h in hom_s]).requires_grad_(True)
+            out = model.forward(th[None, None], x)[0, 0, :, 0]
+            ll = (-0.5 * tau * (y[0] - out) ** 2).mean()
+            gth = torch.autograd.grad(ll, th)[0]
+            Ws = [h[s] for h in hom_s]
+            for l, (w, b, d_in, d_out) in enumerate(model.slices):
+                G = torch.cat([gth[w].reshape(d_in, d_out), gth[b][None]], 0)
+                Vs[l] += (G - g_in * Ws[l]) / 2
+            for i in range(B):  # eq. 12 per example: a a^T and Ds Ds^T, targets sampled from the model
+                a0 = torch.cat([x[0, i], torch.ones(1, dtype=DT)])
+                z0 = (a0 @ Ws[0]).requires_grad_(True)
+                a1 = torch.cat([torch.relu(z0), torch.ones(1, dtype=DT)])
+                z1 = a1 @ Ws[1]
+                y_s = z1.detach()[0] + yn[0, s, i] / math.sqrt(tau)
+                ds = torch.autograd.grad(-0.5 * tau * (y_s - z1[0]) ** 2, [z0, z1])
+                for l, a_l in enumerate([a0, a1.detach()]):
+                    newA[l] += torch.outer(a_l, a_l) / (2 * B)
+                    newS[l] += torch.outer(ds[l], ds[l]) / (2 * B)
+        steps = []
+        for l in range(L):
+            mom[l] = 0.9 * mom[l] + 0.1 * Vs[l]
+            Ad, Sd = damped[l]
+            step = torch.linalg.solve(torch.kron(Ad, Sd), (mom[l] / (1 - 0.9 ** k)).flatten()).reshape(mom[l].shape)
+            steps.append(step)
+            A[l] = (1 - beta) * A[l] + beta * newA[l]
+            S[l] = (1 - beta) * S[l] + beta * newS[l]
+        mu = mu + alpha * flat_from_hom(steps)
+        assert torch.allclose(state["mean"][0], mu, rtol=1e-9, atol=1e-12)
+        for l in range(L):
+            assert torch.allclose(state[f"A{l}"][0], A[l], rtol=1e-9, atol=1e-12)
+            assert torch.allclose(state[f"S{l}"][0], S[l], rtol=1e-9, atol=1e-12)

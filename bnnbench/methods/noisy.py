@@ -8,11 +8,15 @@ model (the true Fisher, footnote to eq. 8), not the observed ones.
 Noisy Adam:  w ~ N(mu, (lambda/N) diag(f + gamma_in)^-1);  v = grad log p(y|x,w) - gamma_in w;
              m <- b1 m + (1 - b1) v;  f <- b2 f + (1 - b2) (grad log p(y~|x,w))^2;
              mu <- mu + alpha (m / (1 - b1^k)) / (f + gamma).
+             v is the minibatch mean of the per-example gradients; f's increment is the minibatch mean of
+             the per-example *squared* gradients (the diagonal of the per-example Fisher of eq. 8-11), not
+             the square of the minibatch-mean gradient, which is ~F/B.
 Noisy K-FAC: per layer (homogeneous weights [W; b], inputs a with a 1 appended)
              A <- (1 - b) A + b E[a a^T],  S <- (1 - b) S + b E[Ds Ds^T]  (every T_stats steps);
              A^g = A + pi sqrt(g) I, S^g = S + sqrt(g) / pi I, pi^2 = (tr A / dim A) / (tr S / dim S) (eq. 13);
              W ~ MN(M, (lambda/N) [A^g_in]^-1, [S^g_in]^-1);  M <- M + alpha [A^g]^-1 V [S^g]^-1,
-             V = grad_W log p(y|x,w) - gamma_in W;  inverses recomputed every T_inv steps.
+             V = grad_W log p(y|x,w) - gamma_in W;  inverses recomputed every T_inv steps;
+             optional momentum on V with bias correction (the authors' regression code; 0 = Alg. 2).
 
 Regression with an unknown noise precision (the paper's UCI protocol, App. C.1): q(tau) = Gamma(a, b),
 prior Gamma(a0, b0); E_q[log N(y | f, 1/tau)] = (psi(a) - log b - (a/b)(y - f)^2 - log 2 pi) / 2
@@ -25,7 +29,7 @@ import math
 
 import torch
 
-from bnnbench.linalg.per_example import forward_cache
+from bnnbench.linalg.per_example import forward_cache, sum_sq_grads
 from bnnbench.methods.base import Method, Predictive, Problem, State, adam, hyper_state, likelihood_of
 from bnnbench.methods.natural import flat_grads, leaf_layers
 from bnnbench.metrics import kl_diag_gaussians
@@ -78,7 +82,11 @@ class _NoisyBase(Method):
             obj = -ell + kl / state["n_data"].to(a.dtype)
             (gz,) = torch.autograd.grad(obj.sum(), [z])
         t = state["t"] + 1
-        z_new, m, v = adam(state["log_ab"], gz, state["m_ab"], state["v_ab"], t, float(self.cfg.noise_lr) * self.lr_scale)
+        # The authors' regression code learns (log a, log b) by Adam at a constant rate (regression/model.py:
+        # tf.train.AdamOptimizer(config.learning_rate = 1e-3)); its x0.1 drop (regression/train.py) applies to
+        # alpha, beta and omega only. noise_lr_drop: false follows it.
+        scale = self.lr_scale if self.cfg.get("noise_lr_drop", True) else 1.0
+        z_new, m, v = adam(state["log_ab"], gz, state["m_ab"], state["v_ab"], t, float(self.cfg.noise_lr) * scale)
         return {"log_ab": z_new, "m_ab": m, "v_ab": v, "noise_prec": torch.exp(z_new[:, 0] - z_new[:, 1])}
 
     def sampled_targets(self, state, f, generator_noise):
@@ -147,17 +155,22 @@ class NoisyAdam(_NoisyBase):
         layers = leaf_layers(self.model, mean, self.std(state), eps)
         params = [t for wb in layers for t in wb]
         with torch.enable_grad():
-            f = self.model.forward_layers(layers, batch.x)
+            f, acts, zs = forward_cache(self.model, layers, batch.x)
             ll = self.log_lik(state, f, batch.y).mean(-1)            # [R, S] minibatch-mean log-lik
             g = flat_grads(torch.autograd.grad(ll.sum(), params, retain_graph=True))
-            ll_s = self.log_lik(state, f, self.sampled_targets(state, f.detach(), y_noise)).mean(-1)
-            g_s = flat_grads(torch.autograd.grad(ll_s.sum(), params))
+            ll_s = self.log_lik(state, f, self.sampled_targets(state, f.detach(), y_noise))  # [R, S, B]
+            ds = torch.autograd.grad(ll_s.sum(), zs)                 # per-example Ds (sampled targets)
+        # Fisher diagonal = the mean over the minibatch of the squared *per-example* gradients, as
+        # F = Cov_{x ~ p_D, y ~ p(y|x,w)}(Dw) (paper eq. 8-11, Alg. 1: (grad_w log p(y|x,w))^2 of one
+        # example; authors' code gd-zhang/noisy-K-FAC ops/fisher_factors.py FullyConnectedDiagonalFactor:
+        # (1/B) sum_i (a_i (x) ds_i)^2). The square of the minibatch-mean gradient is ~F/B, not F.
+        fisher_b = sum_sq_grads(self.model, [a.detach() for a in acts], ds) / batch.x.shape[1]  # [R, S, P]
         w = torch.cat([t.detach().flatten(2) for t in params], -1)        # the sampled weights [R, S, P]
         v = (g - gin.unsqueeze(1) * w).mean(1)
         b1, b2 = float(self.cfg.betas[0]), 1 - (1 - float(self.cfg.betas[1])) * self.lr_scale
         t = state["t"] + 1
         m = b1 * state["m"] + (1 - b1) * v
-        fisher = b2 * state["f"] + (1 - b2) * (g_s * g_s).mean(1)
+        fisher = b2 * state["f"] + (1 - b2) * fisher_b.mean(1)
         m_hat = m / (1 - b1 ** t.to(mean.dtype))[:, None]
         new_mean = mean + float(self.cfg.lr) * self.lr_scale * m_hat / (fisher + gin + float(self.cfg.damping_ex))
         new = {**state, "mean": new_mean, "m": m, "f": fisher, "t": t, **self._noise_step(state, f, batch.y)}
@@ -187,6 +200,8 @@ class NoisyKFAC(_NoisyBase):
             eye_s = torch.eye(d_out, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
             state[f"A{l}"] = eye_a * float(self.cfg.factor_init)
             state[f"S{l}"] = eye_s * float(self.cfg.factor_init)
+            if float(self.cfg.get("momentum", 0.0)) > 0:
+                state[f"mom{l}"] = torch.zeros(R, d_in + 1, d_out, dtype=mean.dtype, device=mean.device)
         return self._refresh(state, covariance=True, inverses=True)
 
     # homogeneous weights [d_in + 1, d_out] <-> the flat layout [W (d_in x d_out), b]
@@ -281,9 +296,16 @@ class NoisyKFAC(_NoisyBase):
                 new[f"A{l}"] = (1 - beta) * state[f"A{l}"] + beta * A_b
                 new[f"S{l}"] = (1 - beta) * state[f"S{l}"] + beta * S_b
         g_in, _ = self._gammas(state)
+        # Momentum on V with Adam-style bias correction, as the authors' regression code
+        # (pomonam/NoisyNaturalGradient regression/ops/mvg_optimizer.py: ratio = 0.1, bias_corr); Alg. 2
+        # omits it "for simplicity". momentum = 0 gives Alg. 2 exactly.
+        b1 = float(self.cfg.get("momentum", 0.0))
         steps = []
         for l, (W, G) in enumerate(zip(hom, grads)):
             V = (G - g_in[:, None, None, None] * W.detach()).mean(1)     # [R, d_in + 1, d_out]
+            if b1 > 0:
+                new[f"mom{l}"] = b1 * state[f"mom{l}"] + (1 - b1) * V
+                V = new[f"mom{l}"] / (1 - b1 ** t.to(V.dtype))[:, None, None]
             steps.append(state[f"iA{l}"] @ V @ state[f"iS{l}"])
         new["mean"] = state["mean"] + float(self.cfg.lr) * self.lr_scale * self._flat(steps)
         new["t"] = t
