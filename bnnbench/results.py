@@ -112,6 +112,8 @@ def versions() -> dict:
             pass
     from bnnbench import __version__
     out["bnnbench"] = __version__
+    # CPU results are bitwise reproducible for a given thread count (it fixes the order of float reductions)
+    out["torch_threads"] = torch.get_num_threads()
     return out
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from bnnbench import results
 from bnnbench.cli import compose, main
@@ -41,6 +42,7 @@ def test_record_has_required_fields(tmp_path):
         assert k in on_disk, k
     assert on_disk["method"] == "bbb" and on_disk["dataset"] == "uci/yacht" and on_disk["protocol"] == "slang_uci"
     assert [m["split"] for m in on_disk["metrics"]] == ["0", "1", "2"]
+    assert on_disk["versions"]["torch_threads"] == torch.get_num_threads()
     for key in ("rmse", "loglik_joint", "loglik_pointwise"):
         s = on_disk["summary"][key]
         assert set(s) == {"mean", "stderr", "n"} and s["n"] == 3
