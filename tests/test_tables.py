@@ -340,3 +340,15 @@ def test_slang_table1_reference_is_the_authors_csv():
     cell = {(r["dataset"], r["method"], r["setting"], r["metric"]): r for r in rows}
     assert cell[("australian", "SLANG", "L=1", "sym_kl")]["value"] == "331.828775"
     assert cell[("usps_3vs5", "Mean-Field EF", "", "test_nll")]["error"] == "0.001988"
+
+
+def test_regression_subset_per_experiment():
+    """CI re-runs the small UCI sets' cells, except where an experiment names its own (NNG: yacht only)."""
+    from bnnbench.cli import experiment_spec
+    from bnnbench.regression import is_fast
+    nng, slang = experiment_spec("nng_table1"), experiment_spec("slang_table2")
+    assert is_fast({"method": "noisy_adam", "data": "uci/yacht"}, nng)
+    assert not is_fast({"method": "noisy_kfac", "data": "uci/boston"}, nng)
+    assert is_fast({"method": "bbb", "data": "uci/boston"}, slang)
+    assert not is_fast({"method": "bbb", "data": "uci/naval"}, slang)
+    assert is_fast({"method": "exact_full", "data": "libsvm/breast_cancer"}, None)
