@@ -19,9 +19,12 @@ FAST_EXACT_DATASETS = ("libsvm/australian", "libsvm/breast_cancer")
 
 
 def is_fast(cell: dict, spec: dict | None = None) -> bool:
-    """A cell CI re-runs: the exact columns on the small LIBSVM sets, the final trainings on the small UCI sets,
-    or the experiment's own ``regression_datasets`` (NNG Table 1 trains 1000 epochs per cell: yacht only)."""
+    """A cell CI re-runs: a column of the table, with the exact columns on the small LIBSVM sets, the final trainings
+    on the small UCI sets, or the experiment's own ``regression_datasets`` (NNG Table 1 trains 1000 epochs per cell:
+    yacht only)."""
     from bnnbench.logreg import EXACT_METHODS
+    if spec is not None and (cell.get("label") or cell["method"]) not in (spec.get("methods") or {}):
+        return False   # not a column of the table (Vadam Figure 3(a)'s Vprop): nothing to check against
     if cell["method"] in EXACT_METHODS:
         return cell["data"] in FAST_EXACT_DATASETS
     return cell["data"] in ((spec or {}).get("regression_datasets") or FAST_DATASETS)
@@ -50,7 +53,8 @@ def main(args) -> int:
             hpo = [] if cell["method"] in EXACT_METHODS else ["hpo=recorded", f"hpo.record={src}"]
             ov = [f"experiment={exp}", f"method={cell['method']}", f"data={cell['data']}", *hpo,
                   f"runs_root={runs_root}", "progress=false", "skip_done=false",
-                  f"label={label}", *cell.get("overrides", [])]
+                  f"label={label}",
+                  *(o.replace("{runs_root}", str(results / "runs")) for o in cell.get("overrides", []))]
             run_dir = runs_root / exp / label / cell["data"].replace("/", "__")
             print(f"== regression {exp}: {label} on {cell['data']}", flush=True)
             execute(compose(ov), ov, run_dir)

@@ -352,3 +352,7 @@ def test_regression_subset_per_experiment():
     assert is_fast({"method": "bbb", "data": "uci/boston"}, slang)
     assert not is_fast({"method": "bbb", "data": "uci/naval"}, slang)
     assert is_fast({"method": "exact_full", "data": "libsvm/breast_cancer"}, None)
+    vadam = experiment_spec("vadam_table1")
+    vprop = next(c for c in vadam["runs"] if c["method"] == "vprop" and c["data"] == "uci/yacht")
+    assert not is_fast(vprop, vadam)                       # a figure-only method, not a column of the table
+    assert is_fast({"method": "vadam", "data": "uci/yacht"}, vadam)
