@@ -88,8 +88,14 @@ def list_names(group: str) -> list[str]:
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
 
 
+def cell_own_overrides(cell, runs_root) -> list[str]:
+    """An experiment cell's overrides, with ``{runs_root}`` (another cell's record, e.g. Vprop with Vadam's
+    optimum) pointing into ``runs_root``."""
+    return [o.replace("{runs_root}", str(runs_root)) for o in cell.get("overrides", [])]
+
+
 def _cell_overrides(args, cell) -> list[str]:
-    cell_ov = [o.replace("{runs_root}", str(args.runs_root)) for o in cell.get("overrides", [])]
+    cell_ov = cell_own_overrides(cell, args.runs_root)
     return [f"experiment={args.experiment}", f"method={cell['method']}", f"data={cell['data']}",
             f"runs_root={args.runs_root}", *([f"label={cell['label']}"] if cell.get("label") else []),
             *cell_ov, *args.overrides]

@@ -31,7 +31,7 @@ def is_fast(cell: dict, spec: dict | None = None) -> bool:
 
 
 def main(args) -> int:
-    from bnnbench.cli import compose, experiment_spec, list_names
+    from bnnbench.cli import cell_own_overrides, compose, experiment_spec, list_names
     from bnnbench.logreg import EXACT_METHODS
     from bnnbench.run import execute
     from bnnbench.tables import KEYS, build_table, compare_verdicts, load_table
@@ -54,7 +54,7 @@ def main(args) -> int:
             ov = [f"experiment={exp}", f"method={cell['method']}", f"data={cell['data']}", *hpo,
                   f"runs_root={runs_root}", "progress=false", "skip_done=false",
                   f"label={label}",
-                  *(o.replace("{runs_root}", str(results / "runs")) for o in cell.get("overrides", []))]
+                  *cell_own_overrides(cell, results / "runs")]
             run_dir = runs_root / exp / label / cell["data"].replace("/", "__")
             print(f"== regression {exp}: {label} on {cell['data']}", flush=True)
             execute(compose(ov), ov, run_dir)
