@@ -22,6 +22,11 @@ def _blr(N=40, D=3, tau=3.0, lam=0.5, seed=0):
     return X, y, Lam, torch.linalg.solve(Lam, tau * Xb.T @ y), g
 
 
+def _blr_problem(N, tau=3.0, lam=0.5):
+    return Problem("gaussian", torch.tensor([N]), torch.full((1, 4), lam, dtype=DT),
+                   noise_prec=torch.tensor([tau], dtype=DT), y_scale=torch.ones(1, dtype=DT))
+
+
 def _method(curv, **kw):
     model = MLP([3, 1])
     cfg = dict(curvature=curv, lr=0.5, beta=0.5, decay_lr=0.0, decay_beta=0.0, train_samples=64, prec_init=1.0,
@@ -54,8 +59,7 @@ def test_converges_to_the_closed_form_posterior(curv, S, steps):
 def test_ef_curvature_is_the_sum_of_gradient_outer_products():
     X, y, Lam, mu, g = _blr(N=6)
     model, method = _method("ef", train_samples=2)
-    prob = Problem("gaussian", torch.tensor([6]), torch.full((1, 4), 0.5, dtype=DT),
-                   noise_prec=torch.tensor([3.0], dtype=DT), y_scale=torch.ones(1, dtype=DT))
+    prob = _blr_problem(6)
     state = method.init(prob, g)
     theta = torch.randn(1, 2, 4, generator=g, dtype=DT)
     g_sum, C, _ = method.curvature_and_grad(state, theta, Batch(X[None], y[None], torch.tensor([6])))
@@ -77,8 +81,7 @@ def test_sampling_has_the_posterior_covariance():
 def test_hessian_equals_ggn_for_a_linear_gaussian_model():
     """For a linear model with a Gaussian likelihood the NLL Hessian is exactly tau X^T X (= the GGN)."""
     X, y, Lam, mu, g = _blr(N=7)
-    prob = Problem("gaussian", torch.tensor([7]), torch.full((1, 4), 0.5, dtype=DT),
-                   noise_prec=torch.tensor([3.0], dtype=DT), y_scale=torch.ones(1, dtype=DT))
+    prob = _blr_problem(7)
     theta = torch.randn(1, 2, 4, generator=g, dtype=DT)
     batch = Batch(X[None], y[None], torch.tensor([7]))
     out = {}
@@ -99,3 +102,44 @@ def test_kl_against_torch_distributions():
     q = torch.distributions.MultivariateNormal(mu, precision_matrix=Lam)
     p = torch.distributions.MultivariateNormal(torch.zeros(4, dtype=DT), precision_matrix=torch.diag(lam[0]))
     assert torch.allclose(method.kl(state)[0], torch.distributions.kl_divergence(q, p))
+
+
+@pytest.mark.parametrize("curv", ["ef", "ggn"])
+def test_logistic_curvature_against_a_loop_over_examples_and_samples(curv):
+    """The linear-model path (curvature summed over samples before the P x P product) against per-(example,
+    sample) outer products: g = (sigmoid(f) - y) phi, C = g g^T (ef) or p (1 - p) phi phi^T (ggn)."""
+    g = torch.Generator().manual_seed(3)
+    N, S = 9, 3
+    X = torch.randn(2, N, 3, generator=g, dtype=DT)
+    y = (torch.rand(2, N, generator=g) < 0.5).to(DT)
+    model = MLP([3, 1])
+    method = METHODS["full_gaussian"](OmegaConf.create(dict(curvature=curv, lr=0.1, beta=0.1, train_samples=S,
+                                                            prec_init=1.0, init_mean="zero")), model, "bernoulli")
+    prob = Problem("bernoulli", torch.tensor([N, N]), torch.ones(2, 4, dtype=DT))
+    state = method.init(prob, g)
+    theta = torch.randn(2, S, 4, generator=g, dtype=DT)
+    g_sum, C, _ = method.curvature_and_grad(state, theta, Batch(X, y, torch.tensor([N, N])))
+    for r in range(2):
+        g_ref, C_ref = torch.zeros(4, dtype=DT), torch.zeros(4, 4, dtype=DT)
+        for s in range(S):
+            for i in range(N):
+                phi = torch.cat([X[r, i], torch.ones(1, dtype=DT)])
+                p = torch.sigmoid(phi @ theta[r, s])
+                gi = (p - y[r, i]) * phi
+                g_ref += gi
+                C_ref += torch.outer(gi, gi) if curv == "ef" else p * (1 - p) * torch.outer(phi, phi)
+        assert torch.allclose(g_sum[r], g_ref)
+        assert torch.allclose(C[r], C_ref)
+        assert torch.allclose(method._linear_curvature(state, theta, Batch(X, y, torch.tensor([N, N])), curv,
+                                                       diagonal=True)[1][r], C_ref.diagonal())
+
+
+def test_cached_cholesky_is_the_factor_of_the_new_precision():
+    X, y, Lam, mu, g = _blr(N=10)
+    model, method = _method("ggn", train_samples=2)
+    prob = _blr_problem(10)
+    state = method.init(prob, g)
+    for _ in range(3):
+        state, _ = method.update(state, Batch(X[None], y[None], torch.tensor([10])), g)
+        L = state["prec_chol"][0]
+        assert torch.allclose(L @ L.T, state["prec"][0])

@@ -1,5 +1,6 @@
 """MLP as a function of a flat parameter vector, against torch.nn layers."""
 
+import pytest
 import torch
 
 from bnnbench.models import MLP
@@ -20,14 +21,14 @@ def _nn_reference(model, theta, x):
     return h
 
 
-def test_forward_matches_nn_linear_per_replica_and_sample():
+@pytest.mark.parametrize("sizes", [[3, 7, 5, 2], [3, 1]])   # [3, 1]: the single-output first layer's product
+def test_forward_matches_nn_linear_per_replica_and_sample(sizes):
     g = torch.Generator().manual_seed(0)
-    model = MLP([3, 7, 5, 2])
-    assert model.n_params == 3 * 7 + 7 + 7 * 5 + 5 + 5 * 2 + 2
+    model = MLP(sizes)
     theta = torch.randn(4, 6, model.n_params, generator=g, dtype=DT)
     x = torch.randn(4, 9, 3, generator=g, dtype=DT)
     out = model.forward(theta, x)
-    assert out.shape == (4, 6, 9, 2)
+    assert out.shape == (4, 6, 9, sizes[-1])
     for r in range(4):
         for s in range(6):
             assert torch.allclose(out[r, s], _nn_reference(model, theta[r, s], x[r]))

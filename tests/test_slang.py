@@ -73,3 +73,36 @@ def test_low_rank_keeps_top_eigenvalues_and_the_exact_diagonal(S):
         assert torch.allclose(torch.linalg.eigvalsh(U @ U.T).flip(0)[:2], e[:2], rtol=1e-8)
         full_diag = 0.8 * d_old + 0.2 * lam + target.diagonal()
         assert torch.allclose((U * U).sum(1) + d, full_diag, rtol=1e-8)
+
+
+@pytest.mark.parametrize("rank, eig", [(8, "gram"), (8, "randomized"), (2, "gram"), (2, "randomized")])
+def test_logistic_regression_against_the_dense_ef_update(rank, eig):
+    """A linear model with a Bernoulli likelihood, where the S M per-example gradients are collapsed to M columns
+    (``collapse_samples``): full rank equals the dense EF update; rank 2 (P = 8 > L + M: the Gram route) keeps the
+    top two eigenvalues of the dense (1 - beta) U U^T + beta G_hat and the exact diagonal."""
+    g = torch.Generator().manual_seed(1)
+    model, S, N, lam = MLP([7, 1]), 3, 30, 0.7
+    P = model.n_params
+    cfg = dict(rank=rank, lr=0.1, beta=0.2, decay_lr=0.0, decay_beta=0.0, momentum=0.0, train_samples=S, s_init=1.0,
+               init_mean="zero", eig=eig, n_iter=30, oversample=P - rank)
+    method = METHODS["slang"](OmegaConf.create(cfg), model, "bernoulli")
+    state = method.init(Problem("bernoulli", torch.tensor([N]), torch.full((1, P), lam, dtype=DT)), g)
+    batch = Batch(torch.randn(1, 4, 7, generator=g, dtype=DT), (torch.rand(1, 4, generator=g) < 0.5).to(DT),
+                  torch.tensor([N]))
+    bce = lambda f, y: torch.nn.functional.binary_cross_entropy_with_logits(f[0], y)  # noqa: E731
+    for t in range(3):
+        noise = method.noise(state, batch, g)
+        theta = method.sample(state, noise[0])[0]
+        U_old, d_old, mean = state["U"][0], state["d"][0], state["mean"][0]
+        state, _ = method.step(state, batch, noise)
+        grads = torch.cat([per_example_grads(model, bce, theta[s], batch.x[0], batch.y[0]) for s in range(S)])
+        G_hat = N / grads.shape[0] * grads.T @ grads
+        target = 0.8 * U_old @ U_old.T + 0.2 * G_hat
+        U, d = state["U"][0], state["d"][0]
+        assert torch.allclose((U * U).sum(1) + d, 0.8 * d_old + 0.2 * lam + target.diagonal(), rtol=1e-8)
+        if rank == P:
+            prec = U @ U.T + torch.diag(d)
+            step = torch.linalg.solve(prec, N / grads.shape[0] * grads.sum(0) + lam * mean)
+            assert torch.allclose(state["mean"][0], mean - 0.1 * step, rtol=1e-8, atol=1e-10)
+        e = torch.linalg.eigvalsh(target).flip(0)[:rank]
+        assert torch.allclose(torch.linalg.eigvalsh(U @ U.T).flip(0)[:rank], e, rtol=1e-6)

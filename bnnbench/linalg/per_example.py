@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from bnnbench.models.mlp import MLP
+from bnnbench.models.mlp import MLP, affine
 
 
 def forward_cache(model: MLP, layers, x: torch.Tensor):
@@ -26,11 +26,24 @@ def forward_cache(model: MLP, layers, x: torch.Tensor):
     n = len(layers)
     for i, (W, b) in enumerate(layers):
         a = h.expand(*W.shape[:2], *h.shape[2:])
-        z = torch.matmul(a, W) + b.unsqueeze(-2)
+        z = affine(h, W, b, first=i == 0)
         acts.append(a)
         zs.append(z)
         h = model._act(z) if i < n - 1 else z
     return h, acts, zs
+
+
+def collapse_samples(model: MLP, acts, gs, how: str = "rss"):
+    """For a linear model with one output, ``(acts, gs)`` of M examples x S samples -> one "sample" of M examples.
+
+    Every per-example gradient is ``g_is = r_is phi_i`` with ``phi_i = [x_i, 1]``, so ``sum_{i,s} g_is = sum_i
+    (sum_s r_is) phi_i`` (``how="sum"``) and ``sum_{i,s} g_is g_is^T = sum_i w_i phi_i phi_i^T`` with ``w_i =
+    sum_s r_is^2`` (``how="rss"``: the M columns ``sqrt(w_i) phi_i`` replace the S M columns of G in every product
+    with G G^T, S times fewer flops, and give the same diagonal). Other models come back unchanged."""
+    if len(model.slices) != 1 or model.output_dim != 1 or acts[0].shape[1] == 1:
+        return acts, gs
+    g = gs[0].sum(1, keepdim=True) if how == "sum" else gs[0].square().sum(1, keepdim=True).sqrt()
+    return [acts[0][:, :1]], [g]
 
 
 def sum_sq_grads(model: MLP, acts, gs) -> torch.Tensor:

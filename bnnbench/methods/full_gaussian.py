@@ -8,7 +8,13 @@ q(theta) = N(mu, Sigma), Sigma^-1 = prec [P, P]. With theta_s ~ q, s = 1..S, and
 
 with g the per-example NLL gradients and C = g g^T (``curvature: ef``), the Gauss-Newton
 J^T Lambda J (``ggn``), or the exact Hessian of the per-example NLL (``hessian``, by ``torch.func``).
-Step sizes decay as alpha_0 / (1 + t^kappa) (kappa = 0: constant). O(P^2) memory, O(P^3) per step.
+Step sizes decay as alpha_0 / (1 + t^kappa) (kappa = 0: constant). O(P^2) memory, O(P^3) per step: one Cholesky
+factor of the new prec per step, used for the mean step and kept for the next step's samples.
+
+For a linear model with one output (logistic regression), every per-example gradient is r_is phi_i with
+phi_i = [x_i, 1] and every Gauss-Newton factor sqrt(h_is) phi_i, so the curvature sums over samples first:
+sum_{i,s} C_{i,s} = Phi^T diag(w) Phi with w_i = sum_s r_is^2 (ef) or sum_s h_is (ggn): M P^2 flops instead of
+S M P^2 (``_linear_curvature``).
 
 ``momentum: rho > 0`` replaces the gradient by m_hat = m / (1 - rho^t), m <- rho m + (1 - rho)(N/(MS) sum g + lambda mu),
 as the VOGN of Khan et al.'s MATLAB logistic-regression code (``my_methods.m``, rho = 0.9); rho = 0 is the update above.
@@ -42,10 +48,11 @@ class FullGaussian(Method):
         mean = self.model.init(R, generator, self.cfg.init_mean, device=problem.prior_prec.device,
                                dtype=problem.prior_prec.dtype)
         prec = torch.full_like(mean, float(self.cfg.prec_init))
-        if not self.diagonal:
-            prec = torch.diag_embed(prec)
-        return {**hyper_state(problem), "mean": mean, "prec": prec, "m": torch.zeros_like(mean),
-                "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
+        state = {**hyper_state(problem), "mean": mean, "m": torch.zeros_like(mean),
+                 "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
+        if self.diagonal:
+            return {**state, "prec": prec}
+        return {**state, "prec": torch.diag_embed(prec), "prec_chol": torch.diag_embed(prec.sqrt())}
 
     def noise(self, state, batch, generator):
         R, P = state["mean"].shape
@@ -56,14 +63,16 @@ class FullGaussian(Method):
         """theta = mu + L^-T eps with prec = L L^T, so Cov theta = prec^-1."""
         if self.diagonal:
             return state["mean"].unsqueeze(1) + eps * state["prec"].rsqrt().unsqueeze(1)
-        L = torch.linalg.cholesky(state["prec"])
+        L = state["prec_chol"] if "prec_chol" in state else torch.linalg.cholesky(state["prec"])
         z = torch.linalg.solve_triangular(L.transpose(-1, -2), eps.transpose(-1, -2), upper=True)
         return state["mean"].unsqueeze(1) + z.transpose(-1, -2)
 
     def curvature_and_grad(self, state, theta, batch):
         """Sums over (sample, example) of the NLL gradients [R, P] and curvatures [R, P, P], and the NLL."""
-        layers = as_leaves(self.model.layers(theta))
         kind = self.cfg.curvature
+        if kind in ("ef", "ggn") and self._is_linear:
+            return self._linear_curvature(state, theta, batch, kind)
+        layers = as_leaves(self.model.layers(theta))
         with torch.enable_grad():
             f, acts, zs = forward_cache(self.model, layers, batch.x)
             nll_i = -likelihood_of(state, self.likelihood).log_prob(f, batch.y)
@@ -87,6 +96,34 @@ class FullGaussian(Method):
                 raise ValueError(f"unknown curvature {kind!r}; valid: ef, ggn, hessian")
         return G.sum(-1), C, nll_i.detach().mean(dim=(1, 2))
 
+    @property
+    def _is_linear(self) -> bool:
+        return len(self.model.slices) == 1 and self.model.output_dim == 1
+
+    def _linear_curvature(self, state, theta, batch, kind, diagonal=False):
+        """``curvature_and_grad`` of a linear model f = phi^T theta, phi = [x, 1]: with r_is = dNLL_is/df and
+        h_is = d^2NLL_is/df^2 (tau: Gaussian, p(1 - p): Bernoulli), sum_{i,s} g_is = Phi^T sum_s r_s and
+        sum_{i,s} C_is = Phi^T diag(w) Phi, w = sum_s r_s^2 (ef) or sum_s h_s (ggn); ``diagonal``: its diagonal
+        (Phi * Phi)^T w only."""
+        x = batch.x
+        phi = torch.cat([x, torch.ones_like(x[..., :1])], -1)                      # [R, M, P]
+        with torch.enable_grad():
+            f = self.model.forward(theta.detach(), x).requires_grad_(True)   # [R, S, M, 1]
+            nll_i = -likelihood_of(state, self.likelihood).log_prob(f, batch.y)
+            r = torch.autograd.grad(nll_i.sum(), f)[0][..., 0]                  # [R, S, M]
+        if kind == "ef":
+            w = (r * r).sum(1)
+        elif self.likelihood == "gaussian":
+            w = theta.shape[1] * state["noise_prec"][:, None].expand(r.shape[0], r.shape[2])
+        elif self.likelihood == "bernoulli":
+            p = torch.sigmoid(f.detach()[..., 0])
+            w = (p * (1 - p)).sum(1)
+        else:
+            raise ValueError("curvature=ggn supports gaussian and bernoulli likelihoods")
+        g_sum = (phi * r.sum(1).unsqueeze(-1)).sum(1)
+        C = (phi * phi * w.unsqueeze(-1)).sum(1) if diagonal else phi.transpose(1, 2) @ (phi * w.unsqueeze(-1))
+        return g_sum, C, nll_i.detach().mean(dim=(1, 2))
+
     def _hessian(self, state, theta, batch):
         from torch.func import hessian
         R, S, P = theta.shape
@@ -107,7 +144,9 @@ class FullGaussian(Method):
         alpha = self.lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)
         beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)
         theta = self.sample(state, noise)
-        if self.diagonal and self.cfg.curvature in ("ef", "ggn"):   # diagonals without forming G (natural.py)
+        if self._is_linear and self.cfg.curvature in ("ef", "ggn"):
+            g_sum, C_sum, nll = self._linear_curvature(state, theta, batch, self.cfg.curvature, self.diagonal)
+        elif self.diagonal and self.cfg.curvature in ("ef", "ggn"):   # diagonals without forming G (natural.py)
             g_s, c_s, nll = per_example_stats(self, state, as_leaves(self.model.layers(theta)), batch,
                                               self.cfg.curvature)
             g_sum, C_sum = g_s.sum(1), c_s.sum(1)
@@ -129,8 +168,9 @@ class FullGaussian(Method):
         b = beta[:, None, None]
         new_prec = (1 - b) * prec + b * (scale[:, None, None] * C_sum + torch.diag_embed(lam))
         new_prec = 0.5 * (new_prec + new_prec.transpose(-1, -2))
-        new_mean = mean - alpha[:, None] * torch.linalg.solve(new_prec, rhs.unsqueeze(-1))[..., 0]
-        return {**new, "mean": new_mean, "prec": new_prec}, {"objective": nll, "nll": nll}
+        L = torch.linalg.cholesky(new_prec)
+        new_mean = mean - alpha[:, None] * torch.cholesky_solve(rhs.unsqueeze(-1), L)[..., 0]
+        return {**new, "mean": new_mean, "prec": new_prec, "prec_chol": L}, {"objective": nll, "nll": nll}
 
     def kl(self, state):
         """KL(N(mu, prec^-1) || N(0, diag(lambda)^-1)) with dense linear algebra."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from bnnbench.linalg.low_rank import fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag
-from bnnbench.linalg.per_example import (forward_cache, gradient_gram, gradient_t_times, gradient_times,
+from bnnbench.linalg.per_example import (collapse_samples, forward_cache, gradient_gram, gradient_t_times, gradient_times,
                                          materialise, sum_grads, sum_sq_grads)
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
 from bnnbench.methods.natural import as_leaves
@@ -78,7 +78,11 @@ class SLANG(Method):
         acts = [a.detach() for a in acts]
         S, M = eps.shape[1], batch.x.shape[1]
         scale = state["n_data"].to(mean.dtype)[:, None] / (S * M)          # N / (MS)
-        g_hat = scale * sum_grads(self.model, acts, gs).sum(1)
+        if self.cfg.get("per_example", "fast") == "materialised":
+            g_hat = scale * sum_grads(self.model, acts, gs).sum(1)
+        else:   # logistic regression: sums over samples first, M columns of G instead of S M
+            g_hat = scale * sum_grads(self.model, *collapse_samples(self.model, acts, gs, "sum")).sum(1)
+            acts, gs = collapse_samples(self.model, acts, gs, "rss")
         diag_G = scale * sum_sq_grads(self.model, acts, gs).sum(1)
 
         U_new = self.top_eig(U, acts, gs, beta, scale, probes)
