@@ -50,6 +50,15 @@ def _inv_chol_t(X: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve_triangular(L, eye, upper=False).transpose(-1, -2)
 
 
+def _kron_times(cA: torch.Tensor, E: torch.Tensor, cS: torch.Tensor) -> torch.Tensor:
+    """``cA E_s cS^T`` for ``E [R, S, a, b]``, ``cA [R, a, a]``, ``cS [R, b, b]``: the samples folded into the matrix
+    dimensions, two GEMMs per replica (broadcasting the factors over samples copies them S times)."""
+    R, S, a, b = E.shape
+    X = (E.reshape(R, S * a, b) @ cS.transpose(-1, -2)).reshape(R, S, a, b)             # E cS^T
+    X = cA @ X.transpose(1, 2).reshape(R, a, S * b)                                     # cA [E cS^T]
+    return X.reshape(R, a, S, b).transpose(1, 2)
+
+
 class _NoisyBase(Method):
     """Shared: intrinsic damping, the learned Gamma noise posterior, sampled-target gradients."""
 
@@ -257,11 +266,8 @@ class NoisyKFAC(_NoisyBase):
 
     def _sample_hom(self, state, eps):
         """W_l = M_l + cA_l E cS_l^T, so Cov vec(W_l) = (lambda/N)[A^g_in]^-1 (x) [S^g_in]^-1."""
-        out = []
-        for l in range(len(self.model.slices)):
-            M = self._hom(state["mean"], l).unsqueeze(1)
-            out.append(M + state[f"cA{l}"].unsqueeze(1) @ eps[l] @ state[f"cS{l}"].transpose(-1, -2).unsqueeze(1))
-        return out
+        return [self._hom(state["mean"], l).unsqueeze(1) + _kron_times(state[f"cA{l}"], eps[l], state[f"cS{l}"])
+                for l in range(len(self.model.slices))]
 
     def _layers_from_hom(self, hom):
         return [(h[..., :-1, :], h[..., -1, :]) for h in hom]
@@ -291,8 +297,9 @@ class NoisyKFAC(_NoisyBase):
             for l, (a, d) in enumerate(zip(acts, ds)):
                 a1 = torch.cat([a.detach(), torch.ones_like(a[..., :1])], -1)
                 n = a1.shape[1] * a1.shape[2]
-                A_b = torch.einsum("rsbi,rsbj->rij", a1, a1) / n
-                S_b = torch.einsum("rsbi,rsbj->rij", d, d) / n
+                a1, d = a1.reshape(a1.shape[0], n, -1), d.reshape(d.shape[0], n, -1)
+                A_b = a1.transpose(1, 2) @ a1 / n
+                S_b = d.transpose(1, 2) @ d / n
                 new[f"A{l}"] = (1 - beta) * state[f"A{l}"] + beta * A_b
                 new[f"S{l}"] = (1 - beta) * state[f"S{l}"] + beta * S_b
         g_in, _ = self._gammas(state)
