@@ -140,8 +140,13 @@ def epoch_batches(data: ReplicaData, batch_size: int, generator: torch.Generator
 
 
 def make_batch(data: ReplicaData, rows: torch.Tensor) -> Batch:
-    u = data.data_index[:, None]
-    return Batch(x=data.x_train[u, rows], y=data.y_train[u, rows], n_data=data.n_train[data.data_index])
+    """Rows ``[R, B]`` of each replica's training set, gathered with one ``index_select`` over the flattened sets
+    (CPU advanced indexing ``x[u, rows]`` is ~4x slower for wide inputs)."""
+    U, n_max = data.x_train.shape[:2]
+    flat = (data.data_index[:, None] * n_max + rows).reshape(-1)
+    x = data.x_train.reshape(U * n_max, *data.x_train.shape[2:]).index_select(0, flat)
+    return Batch(x=x.reshape(*rows.shape, *data.x_train.shape[2:]), y=data.y_train.reshape(-1)[flat].reshape(rows.shape),
+                 n_data=data.n_train[data.data_index])
 
 
 def evaluate(method: Method, state: State, data: ReplicaData, n_samples: int, generator: torch.Generator,

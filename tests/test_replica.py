@@ -113,7 +113,9 @@ def test_epoch_batches_cover_each_replicas_rows():
     assert set(rows[1].tolist()) == set(range(10))                 # 10 rows, wrapped to 12 draws
     assert torch.equal(rows[1], rows[2])                           # same data set -> shared permutation
     batch = make_batch(data, rows[:, :4])
-    assert torch.equal(batch.x[1], data.x_train[1][rows[1, :4]])
+    for r, u in enumerate([0, 1, 1]):
+        assert torch.equal(batch.x[r], data.x_train[u][rows[r, :4]])
+        assert torch.equal(batch.y[r], data.y_train[u][rows[r, :4]])
     assert batch.n_data.tolist() == [12, 10, 10]
 
 
