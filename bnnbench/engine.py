@@ -123,6 +123,7 @@ class TrainResult:
     steps: int
     diverged: torch.Tensor  # [R] bool
     method: Method | None = None
+    resumed_s: float = 0.0  # training time spent before the checkpoint this run resumed from (in wall_time_s)
 
 
 def epoch_batches(data: ReplicaData, batch_size: int, generator: torch.Generator):
@@ -270,4 +271,5 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
                                          "elapsed": time.perf_counter() - t0, "history": history.to_dict(),
                                          "diverged": diverged, "generator": generator.get_state()})
     final = {k: torch.tensor(v) for k, v in history.metrics[-1].items()} if history.metrics else {}
-    return TrainResult(state, history, final, time.perf_counter() - t0, steps, diverged, method)
+    return TrainResult(state, history, final, time.perf_counter() - t0, steps, diverged, method,
+                       resumed_s=elapsed)

@@ -302,7 +302,8 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
               "summary": {k: summarise([m[k] for m in per_split]) for k in keys},
               "stderr_convention": STDERR_CONVENTION, "loglik_convention_of_paper": spec.loglik,
               "hparams": [{"split": s.name, **h} for s, h in zip(splits, hparams)], "hpo_trace": trace,
-              "wall_time_s": time.perf_counter() - t0, "hpo_time_s": t_hpo, "train_time_s": res.wall_time_s,
+              "wall_time_s": time.perf_counter() - t0 + res.resumed_s, "hpo_time_s": t_hpo,
+              "train_time_s": res.wall_time_s,
               "train_steps": res.steps, "versions": results.versions(), "git_commit": commit,
               **({"stages": stages} if stages else {})}
     results.write_record(run_dir, record, history={"epochs": res.history.epochs, "metrics": res.history.metrics,

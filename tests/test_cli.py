@@ -190,10 +190,13 @@ def test_interrupted_final_training_resumes_to_the_same_result(tmp_path, monkeyp
     with pytest.raises(_Interrupt):
         _run(tmp_path / "cut", *ov)
     assert not (tmp_path / "cut" / "run" / "record.json").exists()
-    assert list((tmp_path / "cut" / "run").glob(".checkpoint-*.pt"))  # the epoch-2 checkpoint
+    ck_file, = (tmp_path / "cut" / "run").glob(".checkpoint-*.pt")  # the epoch-2 checkpoint
+    ck = torch.load(ck_file, weights_only=False)
+    torch.save({**ck, "elapsed": 1000.0}, ck_file)   # as if the first two epochs had taken 1000 s
     monkeypatch.setattr(engine, "evaluate", real)
     resumed = _run(tmp_path / "cut", *ov)
     assert resumed["metrics"] == ref["metrics"]
+    assert resumed["wall_time_s"] >= resumed["train_time_s"] >= 1000  # the time before the interruption counts
     assert not list((tmp_path / "cut" / "run").glob(".*.pt"))  # checkpoints are removed once the record exists
 
 
