@@ -26,7 +26,7 @@ def forward_cache(model: MLP, layers, x: torch.Tensor):
     n = len(layers)
     for i, (W, b) in enumerate(layers):
         a = h.expand(*W.shape[:2], *h.shape[2:])
-        z = affine(h, W, b, first=i == 0)
+        z = affine(a, W, b, first=i == 0)
         acts.append(a)
         zs.append(z)
         h = model._act(z) if i < n - 1 else z

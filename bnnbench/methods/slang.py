@@ -25,8 +25,8 @@ from __future__ import annotations
 import torch
 
 from bnnbench.linalg.low_rank import fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag
-from bnnbench.linalg.per_example import (collapse_samples, forward_cache, gradient_gram, gradient_t_times, gradient_times,
-                                         materialise, sum_grads, sum_sq_grads)
+from bnnbench.linalg.per_example import (collapse_samples, forward_cache, gradient_gram, gradient_t_times,
+                                         gradient_times, materialise, sum_grads, sum_sq_grads)
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
 from bnnbench.methods.natural import as_leaves
 

@@ -19,9 +19,10 @@ _ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh}
 def affine(h: torch.Tensor, W: torch.Tensor, b: torch.Tensor, first: bool = False) -> torch.Tensor:
     """``h W + b`` for ``h [R, S or 1, B, d_in]``, ``W [R, S, d_in, d_out]``, ``b [R, S, d_out]``.
 
-    A first layer with one output unit (logistic regression: the samples share the inputs) is one
-    ``[B, d_in] x [d_in, S]`` product per replica; broadcast as S matrix-vector products it is ~15x slower on CPU."""
-    if first and W.shape[-1] == 1 and h.shape[1] == 1:
+    A first layer with one output unit (logistic regression: the samples share the inputs, ``h`` has one sample or
+    is expanded over them) is one ``[B, d_in] x [d_in, S]`` product per replica; broadcast as S matrix-vector
+    products it is ~15x slower on CPU."""
+    if first and W.shape[-1] == 1 and (h.shape[1] == 1 or h.stride(1) == 0):
         z = torch.matmul(h[:, 0], W[..., 0].transpose(-1, -2))            # [R, B, S]
         return z.transpose(1, 2).unsqueeze(-1) + b.unsqueeze(-2)
     return torch.matmul(h, W) + b.unsqueeze(-2)
