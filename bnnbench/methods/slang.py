@@ -129,9 +129,10 @@ class SLANG(Method):
         n = acts[0].shape[1] * acts[0].shape[2]                              # S * M per-example gradients
         if how == "gram" and P <= n + L:  # small models: eigh of the P x P matrix itself is the cheaper exact route
             G = G if materialised else materialise(self.model, acts, gs) * c
-            A = a_U ** 2 * (U @ U.transpose(1, 2)) + G @ G.transpose(1, 2)
+            A = (a_U ** 2 * (U @ U.transpose(1, 2)) + G @ G.transpose(1, 2)).double()
+            # float64: in float32, LAPACK's eigh fails to converge on a1a's many exactly zero eigenvalues
             e, V = torch.linalg.eigh(0.5 * (A + A.transpose(1, 2)))
-            e, V = e.flip(-1)[:, :L], V.flip(-1)[:, :, :L]
+            e, V = e.flip(-1)[:, :L].to(U.dtype), V.flip(-1)[:, :, :L].to(U.dtype)
             return V * (e.clamp_min(0).sqrt() * (e > 1e-6).to(U.dtype)).unsqueeze(1)
         if how == "gram":
             UU = a_U ** 2 * (U.transpose(1, 2) @ U)
