@@ -40,7 +40,7 @@ def collapse_samples(model: MLP, acts, gs, how: str = "rss"):
     (sum_s r_is) phi_i`` (``how="sum"``) and ``sum_{i,s} g_is g_is^T = sum_i w_i phi_i phi_i^T`` with ``w_i =
     sum_s r_is^2`` (``how="rss"``: the M columns ``sqrt(w_i) phi_i`` replace the S M columns of G in every product
     with G G^T, S times fewer flops, and give the same diagonal). Other models come back unchanged."""
-    if len(model.slices) != 1 or model.output_dim != 1 or acts[0].shape[1] == 1:
+    if not model.is_linear or acts[0].shape[1] == 1:
         return acts, gs
     g = gs[0].sum(1, keepdim=True) if how == "sum" else gs[0].square().sum(1, keepdim=True).sqrt()
     return [acts[0][:, :1]], [g]

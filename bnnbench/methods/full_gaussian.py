@@ -70,7 +70,7 @@ class FullGaussian(Method):
     def curvature_and_grad(self, state, theta, batch):
         """Sums over (sample, example) of the NLL gradients [R, P] and curvatures [R, P, P], and the NLL."""
         kind = self.cfg.curvature
-        if kind in ("ef", "ggn") and self._is_linear:
+        if kind in ("ef", "ggn") and self.model.is_linear:
             return self._linear_curvature(state, theta, batch, kind)
         layers = as_leaves(self.model.layers(theta))
         with torch.enable_grad():
@@ -95,10 +95,6 @@ class FullGaussian(Method):
             else:
                 raise ValueError(f"unknown curvature {kind!r}; valid: ef, ggn, hessian")
         return G.sum(-1), C, nll_i.detach().mean(dim=(1, 2))
-
-    @property
-    def _is_linear(self) -> bool:
-        return len(self.model.slices) == 1 and self.model.output_dim == 1
 
     def _linear_curvature(self, state, theta, batch, kind, diagonal=False):
         """``curvature_and_grad`` of a linear model f = phi^T theta, phi = [x, 1]: with r_is = dNLL_is/df and
@@ -144,7 +140,7 @@ class FullGaussian(Method):
         alpha = self.lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)
         beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)
         theta = self.sample(state, noise)
-        if self._is_linear and self.cfg.curvature in ("ef", "ggn"):
+        if self.model.is_linear and self.cfg.curvature in ("ef", "ggn"):
             g_sum, C_sum, nll = self._linear_curvature(state, theta, batch, self.cfg.curvature, self.diagonal)
         elif self.diagonal and self.cfg.curvature in ("ef", "ggn"):   # diagonals without forming G (natural.py)
             g_s, c_s, nll = per_example_stats(self, state, as_leaves(self.model.layers(theta)), batch,

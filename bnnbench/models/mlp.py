@@ -49,6 +49,11 @@ class MLP:
     def output_dim(self) -> int:
         return self.sizes[-1]
 
+    @property
+    def is_linear(self) -> bool:
+        """One layer with one output (logistic / linear regression): f = phi^T theta, phi = [x, 1]."""
+        return len(self.slices) == 1 and self.output_dim == 1
+
     def layers(self, theta: torch.Tensor):
         """Yield ``(W [..., d_in, d_out], b [..., d_out])`` views of ``theta [..., P]``."""
         lead = theta.shape[:-1]
