@@ -336,8 +336,11 @@ def _protocol_of(rec: Mapping | None) -> str:
         return ""
     out = str(rec.get("protocol") or "")
     stages = rec.get("stages") or []
+    spec = (rec.get("config") or {}).get("spec") or {}
     if stages:
         out += " (" + " + ".join(f"{s['epochs']} ep. on {s['n_train']}" for s in stages) + ")"
+    elif spec.get("epochs") and isinstance(spec.get("splits"), list):
+        out += f" ({spec['epochs']} ep. on split {', '.join(map(str, spec['splits']))})"
     return out
 
 

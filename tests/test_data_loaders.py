@@ -219,6 +219,9 @@ def test_mnist(load):
     np.testing.assert_array_equal(val.train, np.arange(50000))
     np.testing.assert_array_equal(val.test, np.arange(50000, 60000))
     assert ds.get_split("validation") is val
+    first = ds.get_split("train50k")   # SLANG's first stage, scored on the test images
+    np.testing.assert_array_equal(first.train, np.arange(50000))
+    np.testing.assert_array_equal(first.test, np.arange(60000, 70000))
     # first test image straight from the idx file
     with gzip.open(MIRROR / "mnist/t10k-images-idx3-ubyte.gz") as f:
         raw = np.frombuffer(f.read(16 + 784), dtype=np.uint8)

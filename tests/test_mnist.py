@@ -94,3 +94,20 @@ def test_table3_from_a_record_states_its_protocol(tmp_path, env):
     md = (tmp_path / "t" / "slang_table3.md").read_text()
     assert "slang_mnist_fast (2 ep. on 400 + 2 ep. on 400)" in md
     assert "binomial standard error" in md
+
+
+def test_cpu_protocol_is_the_first_stage_scored_on_the_test_images():
+    cfg = compose(["experiment=slang_table3", "method=slang", "method.rank=8", "protocol=slang_mnist_50k"])
+    assert cfg.protocol.stages is None and list(cfg.protocol.splits) == ["train50k"]
+    assert cfg.protocol.epochs == 100 and cfg.protocol.batch_size == 200 and cfg.protocol.eval_samples_final == 1000
+
+
+@needs_mirror
+def test_table3_states_a_single_stage_protocol(tmp_path, env):
+    runs = tmp_path / "runs"
+    ov = ["experiment=slang_table3", "method=bbb", f"runs_root={runs}", *TINY, "protocol.stages=null",
+          "protocol.splits=[train50k]", "protocol.epochs=2"]
+    rec = execute(compose(ov), ov, runs / "slang_table3" / "bbb" / "mnist", log=lambda m: None)
+    assert [m["split"] for m in rec["metrics"]] == ["train50k"] and "stages" not in rec
+    assert main(["table", "slang_table3", "--runs-root", str(runs), "--out", str(tmp_path / "t")]) == 0
+    assert "slang_mnist_fast (2 ep. on split train50k)" in (tmp_path / "t" / "slang_table3.md").read_text()

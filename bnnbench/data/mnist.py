@@ -3,7 +3,9 @@
 idx header: big-endian int32 magic (2051 images, 2049 labels), then the dimensions.
 X: float32 [70000, 784] in [0, 1] (train rows first, then test; stored as uint8 in the
 canonical npz and divided by 255 on load), y: int64. Splits: ``splits[0]`` = "official"
-60k/10k; ``meta["validation_split"]`` = "validation": first 50k train / last 10k of train.
+60k/10k; ``meta["validation_split"]`` = "validation": first 50k train / last 10k of train;
+``meta["first_stage_test_split"]`` = "train50k": the same first 50k against the 10k test images (the
+first stage of SLANG's schedule, scored on the test set: ``protocol=slang_mnist_50k``).
 """
 from __future__ import annotations
 
@@ -58,6 +60,7 @@ def build(name: str, spec: dict, files: dict[str, Path]):
         "n_train": ntr,
         "n_test": nte,
         "validation_split": Split("validation", np.arange(ntr - nval), np.arange(ntr - nval, ntr)),
+        "first_stage_test_split": Split("train50k", np.arange(ntr - nval), np.arange(ntr, ntr + nte)),
     }
     splits = (Split("official", np.arange(ntr), np.arange(ntr, ntr + nte)),)
     return Dataset(name=name, task="multiclass", X=X, y=y, splits=splits, n_classes=10, meta=meta)
