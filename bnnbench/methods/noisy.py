@@ -282,38 +282,37 @@ class NoisyKFAC(_NoisyBase):
         eps, y_noise = noise
         t = state["t"] + 1
         k = int(t[0])
-        hom = [h.detach().requires_grad_(True) for h in self._sample_hom(state, eps)]
+        hom = [h.requires_grad_(True) for h in self._sample_hom(state, eps)]
         layers = self._layers_from_hom(hom)
         with torch.enable_grad():
             f, acts, zs = forward_cache(self.model, layers, batch.x)
             ll = self.log_lik(state, f, batch.y).mean(-1)             # [R, S]
-            grads = torch.autograd.grad(ll.sum(), hom, retain_graph=True)
+            dz = torch.autograd.grad(ll.sum(), zs, retain_graph=True)    # back-propagated gradients (observed y)
             ll_s = self.log_lik(state, f, self.sampled_targets(state, f.detach(), y_noise))
             ds = torch.autograd.grad(ll_s.sum(), zs)                        # per-example Ds (sampled targets)
         new = dict(state)
         T_stats, T_inv = int(self.cfg.T_stats), int(self.cfg.T_inv)
-        if k % T_stats == 0:
-            beta = float(self.cfg.beta) * self.lr_scale
-            for l, (a, d) in enumerate(zip(acts, ds)):
-                a1 = torch.cat([a.detach(), torch.ones_like(a[..., :1])], -1)
-                n = a1.shape[1] * a1.shape[2]
-                a1, d = a1.reshape(a1.shape[0], n, -1), d.reshape(d.shape[0], n, -1)
-                A_b = a1.transpose(1, 2) @ a1 / n
-                S_b = d.transpose(1, 2) @ d / n
-                new[f"A{l}"] = (1 - beta) * state[f"A{l}"] + beta * A_b
-                new[f"S{l}"] = (1 - beta) * state[f"S{l}"] + beta * S_b
         g_in, _ = self._gammas(state)
         # Momentum on V with Adam-style bias correction, as the authors' regression code
         # (pomonam/NoisyNaturalGradient regression/ops/mvg_optimizer.py: ratio = 0.1, bias_corr); Alg. 2
         # omits it "for simplicity". momentum = 0 gives Alg. 2 exactly.
         b1 = float(self.cfg.get("momentum", 0.0))
+        beta = float(self.cfg.beta) * self.lr_scale
         steps = []
-        for l, (W, G) in enumerate(zip(hom, grads)):
-            V = (G - g_in[:, None, None, None] * W.detach()).mean(1)     # [R, d_in + 1, d_out]
+        for l, (a, d_y, d_s, W) in enumerate(zip(acts, dz, ds, hom)):
+            R, S_, B = a.shape[:3]
+            a1 = torch.cat([a.detach(), torch.ones_like(a[..., :1])], -1).reshape(R, S_ * B, -1)
+            # V = mean_s [grad_W mean_b log p(y|x, W_s)] - gamma_in mean_s W_s, the gradient summed over s and b as
+            # one GEMM (sum_{s,b} a_sb dz_sb^T) rather than materialised per sample
+            V = a1.transpose(1, 2) @ d_y.reshape(R, S_ * B, -1) / S_ - g_in[:, None, None] * W.detach().mean(1)
             if b1 > 0:
                 new[f"mom{l}"] = b1 * state[f"mom{l}"] + (1 - b1) * V
                 V = new[f"mom{l}"] / (1 - b1 ** t.to(V.dtype))[:, None, None]
             steps.append(state[f"iA{l}"] @ V @ state[f"iS{l}"])
+            if k % T_stats == 0:
+                d = d_s.reshape(R, S_ * B, -1)
+                new[f"A{l}"] = (1 - beta) * state[f"A{l}"] + beta * (a1.transpose(1, 2) @ a1) / (S_ * B)
+                new[f"S{l}"] = (1 - beta) * state[f"S{l}"] + beta * (d.transpose(1, 2) @ d) / (S_ * B)
         new["mean"] = state["mean"] + float(self.cfg.lr) * self.lr_scale * self._flat(steps)
         new["t"] = t
         new.update(self._noise_step(state, f, batch.y))
