@@ -130,8 +130,8 @@ def test_logistic_curvature_against_a_loop_over_examples_and_samples(curv):
                 C_ref += torch.outer(gi, gi) if curv == "ef" else p * (1 - p) * torch.outer(phi, phi)
         assert torch.allclose(g_sum[r], g_ref)
         assert torch.allclose(C[r], C_ref)
-        assert torch.allclose(method._linear_curvature(state, theta, Batch(X, y, torch.tensor([N, N])), curv,
-                                                       diagonal=True)[1][r], C_ref.diagonal())
+        assert torch.allclose(method.curvature_and_grad(state, theta, Batch(X, y, torch.tensor([N, N])),
+                                                        diagonal=True)[1][r], C_ref.diagonal())
 
 
 def test_cached_cholesky_is_the_factor_of_the_new_precision():

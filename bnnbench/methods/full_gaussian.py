@@ -14,7 +14,7 @@ factor of the new prec per step, used for the mean step and kept for the next st
 For a linear model with one output (logistic regression), every per-example gradient is r_is phi_i with
 phi_i = [x_i, 1] and every Gauss-Newton factor sqrt(h_is) phi_i, so the curvature sums over samples first:
 sum_{i,s} C_{i,s} = Phi^T diag(w) Phi with w_i = sum_s r_is^2 (ef) or sum_s h_is (ggn): M P^2 flops instead of
-S M P^2 (``_linear_curvature``).
+S M P^2 (``per_example.collapse_samples``).
 
 ``momentum: rho > 0`` replaces the gradient by m_hat = m / (1 - rho^t), m <- rho m + (1 - rho)(N/(MS) sum g + lambda mu),
 as the VOGN of Khan et al.'s MATLAB logistic-regression code (``my_methods.m``, rho = 0.9); rho = 0 is the update above.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from bnnbench.linalg.per_example import forward_cache, materialise
+from bnnbench.linalg.per_example import collapse_samples, forward_cache, materialise, sum_grads, sum_sq_grads
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
 from bnnbench.methods.natural import as_leaves, per_example_stats
 from bnnbench.methods.slang import decayed
@@ -67,20 +67,27 @@ class FullGaussian(Method):
         z = torch.linalg.solve_triangular(L.transpose(-1, -2), eps.transpose(-1, -2), upper=True)
         return state["mean"].unsqueeze(1) + z.transpose(-1, -2)
 
-    def curvature_and_grad(self, state, theta, batch):
-        """Sums over (sample, example) of the NLL gradients [R, P] and curvatures [R, P, P], and the NLL."""
+    def curvature_and_grad(self, state, theta, batch, diagonal: bool = False):
+        """Sums over (sample, example) of the NLL gradients [R, P] and curvatures [R, P, P] (``diagonal``: their
+        diagonals [R, P]), and the NLL. The EF and Gauss-Newton curvatures are G G^T of per-example factors formed
+        from activations and back-propagated gradients; a linear model's factors are summed over samples first
+        (``collapse_samples``)."""
         kind = self.cfg.curvature
-        if kind in ("ef", "ggn") and self.model.is_linear:
-            return self._linear_curvature(state, theta, batch, kind)
+        if kind not in ("ef", "ggn", "hessian"):
+            raise ValueError(f"unknown curvature {kind!r}; valid: ef, ggn, hessian")
         layers = as_leaves(self.model.layers(theta))
         with torch.enable_grad():
             f, acts, zs = forward_cache(self.model, layers, batch.x)
             nll_i = -likelihood_of(state, self.likelihood).log_prob(f, batch.y)
             gs = torch.autograd.grad(nll_i.sum(), zs, retain_graph=kind == "ggn")
-            G = materialise(self.model, [a.detach() for a in acts], gs)            # [R, P, S*M]
+            acts = [a.detach() for a in acts]
+            g_sum = sum_grads(self.model, *collapse_samples(self.model, acts, gs, how="sum")).sum(1)
+            if kind == "hessian":
+                C = self._hessian(state, theta, batch)
+                return g_sum, C.diagonal(dim1=-2, dim2=-1) if diagonal else C, nll_i.detach().mean(dim=(1, 2))
             if kind == "ef":
-                C = G @ G.transpose(1, 2)
-            elif kind == "ggn":
+                factors = gs
+            else:   # Gauss-Newton factors sqrt(Lambda) J: back-propagated sqrt(Lambda) f
                 if self.likelihood == "gaussian":
                     w = state["noise_prec"].sqrt().reshape(-1, 1, 1, 1)
                 elif self.likelihood == "bernoulli":
@@ -88,36 +95,13 @@ class FullGaussian(Method):
                     w = (p * (1 - p)).sqrt()
                 else:
                     raise ValueError("curvature=ggn supports gaussian and bernoulli likelihoods")
-                J = materialise(self.model, [a.detach() for a in acts], torch.autograd.grad((f * w).sum(), zs))
-                C = J @ J.transpose(1, 2)
-            elif kind == "hessian":
-                C = self._hessian(state, theta, batch)
-            else:
-                raise ValueError(f"unknown curvature {kind!r}; valid: ef, ggn, hessian")
-        return G.sum(-1), C, nll_i.detach().mean(dim=(1, 2))
-
-    def _linear_curvature(self, state, theta, batch, kind, diagonal=False):
-        """``curvature_and_grad`` of a linear model f = phi^T theta, phi = [x, 1]: with r_is = dNLL_is/df and
-        h_is = d^2NLL_is/df^2 (tau: Gaussian, p(1 - p): Bernoulli), sum_{i,s} g_is = Phi^T sum_s r_s and
-        sum_{i,s} C_is = Phi^T diag(w) Phi, w = sum_s r_s^2 (ef) or sum_s h_s (ggn); ``diagonal``: its diagonal
-        (Phi * Phi)^T w only."""
-        x = batch.x
-        phi = torch.cat([x, torch.ones_like(x[..., :1])], -1)                      # [R, M, P]
-        with torch.enable_grad():
-            f = self.model.forward(theta.detach(), x).requires_grad_(True)   # [R, S, M, 1]
-            nll_i = -likelihood_of(state, self.likelihood).log_prob(f, batch.y)
-            r = torch.autograd.grad(nll_i.sum(), f)[0][..., 0]                  # [R, S, M]
-        if kind == "ef":
-            w = (r * r).sum(1)
-        elif self.likelihood == "gaussian":
-            w = theta.shape[1] * state["noise_prec"][:, None].expand(r.shape[0], r.shape[2])
-        elif self.likelihood == "bernoulli":
-            p = torch.sigmoid(f.detach()[..., 0])
-            w = (p * (1 - p)).sum(1)
+                factors = torch.autograd.grad((f * w).sum(), zs)
+        acts_c, factors_c = collapse_samples(self.model, acts, factors, how="rss")
+        if diagonal:
+            C = sum_sq_grads(self.model, acts_c, factors_c).sum(1)
         else:
-            raise ValueError("curvature=ggn supports gaussian and bernoulli likelihoods")
-        g_sum = (phi * r.sum(1).unsqueeze(-1)).sum(1)
-        C = (phi * phi * w.unsqueeze(-1)).sum(1) if diagonal else phi.transpose(1, 2) @ (phi * w.unsqueeze(-1))
+            G = materialise(self.model, acts_c, factors_c)                       # [R, P, S M] (M: linear model)
+            C = G @ G.transpose(1, 2)
         return g_sum, C, nll_i.detach().mean(dim=(1, 2))
 
     def _hessian(self, state, theta, batch):
@@ -140,15 +124,12 @@ class FullGaussian(Method):
         alpha = self.lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)
         beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)
         theta = self.sample(state, noise)
-        if self.model.is_linear and self.cfg.curvature in ("ef", "ggn"):
-            g_sum, C_sum, nll = self._linear_curvature(state, theta, batch, self.cfg.curvature, self.diagonal)
-        elif self.diagonal and self.cfg.curvature in ("ef", "ggn"):   # diagonals without forming G (natural.py)
+        if self.diagonal and not self.model.is_linear and self.cfg.curvature in ("ef", "ggn"):
             g_s, c_s, nll = per_example_stats(self, state, as_leaves(self.model.layers(theta)), batch,
-                                              self.cfg.curvature)
+                                              self.cfg.curvature)                # diagonals without forming G
             g_sum, C_sum = g_s.sum(1), c_s.sum(1)
         else:
-            g_sum, C_sum, nll = self.curvature_and_grad(state, theta, batch)
-            C_sum = C_sum.diagonal(dim1=-2, dim2=-1) if self.diagonal else C_sum
+            g_sum, C_sum, nll = self.curvature_and_grad(state, theta, batch, self.diagonal)
         scale = state["n_data"].to(mean.dtype) / noise.shape[1] / batch.x.shape[1]          # N / (MS)
         rhs = scale[:, None] * g_sum + lam * mean
         new = {**state, "t": t}
