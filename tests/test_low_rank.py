@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bnnbench.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag,
-                                      logdet_precision, precision_diag_of_cov)
+                                      logdet_precision, precision_diag_of_cov, top_eigh)
 from bnnbench.linalg.per_example import (forward_cache, gradient_gram, gradient_t_times, gradient_times,
                                          materialise)
 from bnnbench.models import MLP
@@ -57,6 +57,27 @@ def test_fast_eig_matches_eigh():
     assert torch.allclose(e, ref_e.flip(-1)[:, :L], rtol=1e-6)
     proj = (V.transpose(1, 2) @ ref_V.flip(-1)[:, :, :L]).abs()  # same subspace, vectors up to sign
     assert torch.allclose(proj.diagonal(dim1=1, dim2=2), torch.ones(2, L, dtype=DT), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("k", [1, 3, 9])
+def test_top_eigh_matches_eigh(dtype, k):
+    """LAPACK ?syevr's top-k against torch.linalg.eigh, on PSD Gram matrices of rank 6 < n = 9 (SLANG's Gram
+    matrices have exact zero eigenvalues), in a [2, 3] batch; the matrix is rebuilt from the pairs for k = n."""
+    g = torch.Generator().manual_seed(2)
+    B = torch.randn(2, 3, 9, 6, generator=g, dtype=DT)
+    A = (B @ B.transpose(-1, -2)).to(dtype)
+    e, V = top_eigh(A, k)
+    ref_e, ref_V = torch.linalg.eigh(A.double())
+    ref_e, ref_V = ref_e.flip(-1)[..., :k], ref_V.flip(-1)[..., :k]
+    assert e.shape == (2, 3, k) and V.shape == (2, 3, 9, k) and e.dtype == V.dtype == dtype
+    tol = 1e-4 if dtype == torch.float32 else 1e-10
+    assert torch.allclose(e.double(), ref_e, atol=tol * ref_e.abs().max())
+    top = min(k, 6)   # the null space has no preferred basis: compare the vectors of the nonzero eigenvalues
+    proj = (V[..., :top].double().transpose(-1, -2) @ ref_V[..., :top]).abs()
+    assert torch.allclose(proj.diagonal(dim1=-2, dim2=-1), torch.ones(2, 3, top, dtype=DT), atol=tol * 10)
+    if k == 9:
+        assert torch.allclose((V * e.unsqueeze(-2)) @ V.transpose(-1, -2), A, atol=tol * 10 * A.abs().max())
 
 
 def test_low_rank_kl_logdet_and_diag_against_dense():

@@ -3,11 +3,13 @@
 ``fast_inverse`` (SLANG Algorithm 2) solves with the precision by the Woodbury identity,
 ``fast_sample`` (SLANG Algorithm 3) draws from ``N(0, (U U^T + diag d)^-1)`` in O(P L^2 + L^3), and
 ``fast_eig`` is the randomised top-L eigendecomposition of SLANG's ``fast_eig`` for an operator
-given by its matrix products. All functions are batched over the leading replica axis.
+given by its matrix products; ``top_eigh`` is the exact top-L eigendecomposition of a small dense
+matrix. All functions are batched over the leading replica axis.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -24,6 +26,29 @@ def fast_inverse(U: torch.Tensor, d: torch.Tensor, v: torch.Tensor) -> torch.Ten
     cap = torch.eye(L, dtype=U.dtype, device=U.device) + Us.transpose(-1, -2) @ Us
     x = Dinv_v - (U @ torch.linalg.solve(cap, U.transpose(-1, -2) @ Dinv_v)) / d
     return x[..., 0] if vec else x
+
+
+def top_eigh(A: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` largest eigenpairs of symmetric ``A [..., n, n]`` (its lower triangle is read), descending:
+    ``(values [..., k], vectors [..., n, k])``. On the CPU, LAPACK's ``?syevr`` computes only these (MRRR on the
+    tridiagonal form; for SLANG's Gram matrices, k = 1 of n = 41, 4x faster than the full ``torch.linalg.eigh``);
+    elsewhere, or for k = n, the full decomposition sliced."""
+    n = A.shape[-1]
+    if A.device.type != "cpu" or k >= n or A.dtype not in (torch.float32, torch.float64):
+        e, V = torch.linalg.eigh(A)
+        return e.flip(-1)[..., :k], V.flip(-1)[..., :k]
+    from scipy.linalg import lapack
+    evr = lapack.dsyevr if A.dtype == torch.float64 else lapack.ssyevr
+    flat = A.detach().reshape(-1, n, n).numpy()
+    e = np.empty((len(flat), k), dtype=flat.dtype)
+    V = np.empty((len(flat), n, k), dtype=flat.dtype)
+    for r, a in enumerate(flat):
+        w, z, m, _, info = evr(a, compute_v=1, range="I", lower=1, il=n - k + 1, iu=n)
+        if info != 0 or m != k:
+            raise torch.linalg.LinAlgError(f"?syevr failed (info = {info}, {m} of {k} eigenpairs)")
+        e[r], V[r] = w[:k][::-1], z[:, :k][:, ::-1]
+    return (torch.from_numpy(e).reshape(*A.shape[:-2], k),
+            torch.from_numpy(V).reshape(*A.shape[:-2], n, k))
 
 
 def fast_sample(U: torch.Tensor, d: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from bnnbench.linalg.low_rank import fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag
+from bnnbench.linalg.low_rank import fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag, top_eigh
 from bnnbench.linalg.per_example import (collapse_samples, forward_cache, gradient_gram, gradient_t_times,
                                          gradient_times, materialise, sum_grads, sum_sq_grads)
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
@@ -131,16 +131,15 @@ class SLANG(Method):
             G = G if materialised else materialise(self.model, acts, gs) * c
             A = (a_U ** 2 * (U @ U.transpose(1, 2)) + G @ G.transpose(1, 2)).double()
             # float64: in float32, LAPACK's eigh fails to converge on a1a's many exactly zero eigenvalues
-            e, V = torch.linalg.eigh(0.5 * (A + A.transpose(1, 2)))
-            e, V = e.flip(-1)[:, :L].to(U.dtype), V.flip(-1)[:, :, :L].to(U.dtype)
+            e, V = top_eigh(0.5 * (A + A.transpose(1, 2)), L)
+            e, V = e.to(U.dtype), V.to(U.dtype)
             return V * (e.clamp_min(0).sqrt() * (e > 1e-6).to(U.dtype)).unsqueeze(1)
         if how == "gram":
             UU = a_U ** 2 * (U.transpose(1, 2) @ U)
             UG = a_U * Gt(U).transpose(1, 2)                               # [R, L, n]
             GG = G.transpose(1, 2) @ G if materialised else c ** 2 * gradient_gram(acts, gs)
             BtB = torch.cat([torch.cat([UU, UG], 2), torch.cat([UG.transpose(1, 2), GG], 2)], 1)
-            e, V = torch.linalg.eigh(BtB)
-            e, V = e.flip(-1)[:, :L], V.flip(-1)[:, :, :L]
+            e, V = top_eigh(BtB, L)
             V = V * (e > 1e-6).to(U.dtype).unsqueeze(1)                   # drop null directions
             U_new = Gx(V[:, L:], out=U @ (a_U * V[:, :L]))                # B v_k, norm sqrt(e_k)
             if e.shape[-1] < L:  # fewer columns than the rank (tiny problems)
