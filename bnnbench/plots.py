@@ -53,7 +53,7 @@ def convergence_figure(spec: dict, runs_root: Path, out: Path, metrics=None) -> 
     names = {**_method_names(spec), **(fig_spec.get("labels") or {})}
     labels = {**{k: v.get("label", k) for k, v in spec.get("metrics", {}).items()},
               **(fig_spec.get("metric_labels") or {})}
-    fig, axes = plt.subplots(len(metrics), len(datasets), figsize=(2.6 * len(datasets), 2.3 * len(metrics)),
+    fig, axes = plt.subplots(len(metrics), len(datasets), figsize=(max(2.6 * len(datasets), 4.2), 2.3 * len(metrics)),
                              squeeze=False)
     drawn, legend_ax = 0, None
     for j, ds in enumerate(datasets):
