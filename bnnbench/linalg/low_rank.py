@@ -9,6 +9,8 @@ matrix. All functions are batched over the leading replica axis.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -28,6 +30,13 @@ def fast_inverse(U: torch.Tensor, d: torch.Tensor, v: torch.Tensor) -> torch.Ten
     return x[..., 0] if vec else x
 
 
+@functools.lru_cache(maxsize=1)
+def _scipy_lapack():
+    from scipy.linalg import lapack
+    from threadpoolctl import ThreadpoolController
+    return lapack, ThreadpoolController()   # after scipy's BLAS is loaded, so that it controls it
+
+
 def top_eigh(A: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` largest eigenpairs of symmetric ``A [..., n, n]`` (its lower triangle is read), descending:
     ``(values [..., k], vectors [..., n, k])``. On the CPU, LAPACK's ``?syevr`` computes only these (MRRR on the
@@ -37,16 +46,19 @@ def top_eigh(A: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     if A.device.type != "cpu" or k >= n or A.dtype not in (torch.float32, torch.float64):
         e, V = torch.linalg.eigh(A)
         return e.flip(-1)[..., :k], V.flip(-1)[..., :k]
-    from scipy.linalg import lapack
+    lapack, pools = _scipy_lapack()
     evr = lapack.dsyevr if A.dtype == torch.float64 else lapack.ssyevr
     flat = A.detach().reshape(-1, n, n).numpy()
     e = np.empty((len(flat), k), dtype=flat.dtype)
     V = np.empty((len(flat), n, k), dtype=flat.dtype)
-    for r, a in enumerate(flat):
-        w, z, m, _, info = evr(a, compute_v=1, range="I", lower=1, il=n - k + 1, iu=n)
-        if info != 0 or m != k:
-            raise torch.linalg.LinAlgError(f"?syevr failed (info = {info}, {m} of {k} eigenpairs)")
-        e[r], V[r] = w[:k][::-1], z[:, :k][:, ::-1]
+    # one thread: scipy's OpenBLAS pool is not torch's, and its threads spin beside torch's after each call (measured:
+    # 5 s instead of 30 ms for n = 801 beside two single-threaded jobs on 2 cores; SLANG's MNIST step 1.8x slower)
+    with pools.limit(limits=1, user_api="blas"):
+        for r, a in enumerate(flat):
+            w, z, m, _, info = evr(a, compute_v=1, range="I", lower=1, il=n - k + 1, iu=n)
+            if info != 0 or m != k:
+                raise torch.linalg.LinAlgError(f"?syevr failed (info = {info}, {m} of {k} eigenpairs)")
+            e[r], V[r] = w[:k][::-1], z[:, :k][:, ::-1]
     return (torch.from_numpy(e).reshape(*A.shape[:-2], k),
             torch.from_numpy(V).reshape(*A.shape[:-2], n, k))
 
