@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench.methods import METHODS, Batch, Problem
-from bnnbench.methods.noisy import kl_gamma
+from bnnbench.methods.gamma_noise import kl_gamma
 from bnnbench.models import MLP
 
 DT = torch.float64
@@ -242,3 +242,40 @@ def test_noisy_kfac_momentum_step_against_dense_transcription():
         for l in range(L):
             assert torch.allclose(state[f"A{l}"][0], A[l], rtol=1e-9, atol=1e-12)
             assert torch.allclose(state[f"S{l}"][0], S[l], rtol=1e-9, atol=1e-12)
+
+
+def test_gamma_noise_converges_to_the_conjugate_posterior():
+    """With the residuals fixed, N x (-E_q[log N(y | f, 1/tau)] + KL(q || p) / N) is the negative ELBO of tau given N
+    points of mean squared residual r2, minimised by the conjugate posterior Gamma(a0 + N/2, b0 + N r2 / 2)."""
+    from bnnbench.methods import gamma_noise
+    g = torch.Generator().manual_seed(5)
+    cfg = OmegaConf.create(dict(noise_prior_shape=6.0, noise_prior_rate=6.0, noise_lr=0.02, noise_lr_drop=False))
+    N, R = torch.tensor([50, 400]), 2
+    f = torch.randn(R, 3, 8, 1, generator=g, dtype=DT)
+    y = torch.randn(R, 8, generator=g, dtype=DT)
+    state = {"n_data": N, "t": torch.zeros(R, dtype=torch.long), **gamma_noise.init_state(cfg, R, "cpu", DT)}
+    for _ in range(6000):
+        state = {**state, **gamma_noise.step(cfg, state, f, y, lr_scale=1.0), "t": state["t"] + 1}
+    r2 = ((y.unsqueeze(1) - f[..., 0]) ** 2).mean(dim=(1, 2))
+    a, b = state["log_ab"].exp().unbind(-1)
+    assert torch.allclose(a, (6.0 + N / 2).to(DT), rtol=5e-3)
+    assert torch.allclose(b, 6.0 + N * r2 / 2, rtol=5e-3)
+    assert torch.allclose(state["noise_prec"], a / b)
+
+
+def test_bbb_learns_the_noise_and_predicts_with_sampled_precisions():
+    """BBB with ``learn_noise``: q(tau) moves from its prior and each predictive sample carries its own tau ~ q."""
+    g = torch.Generator().manual_seed(6)
+    model = MLP([2, 4, 1])
+    cfg = OmegaConf.create(dict(lr=0.01, betas=[0.9, 0.999], eps=1e-8, train_samples=2, local_reparam=False,
+                                init_mean="uniform_fan_in", init_std=None, init_rho=-6.0, init_prec=None,
+                                learn_noise=True, noise_prior_shape=6.0, noise_prior_rate=6.0, noise_lr=0.01))
+    method = METHODS["bbb"](cfg, model, "gaussian")
+    state = method.init(_problem(model), g)
+    x = torch.randn(1, 16, 2, generator=g, dtype=DT)
+    batch = Batch(x, 3 * torch.randn(1, 16, generator=g, dtype=DT), torch.tensor([40]))
+    for _ in range(50):
+        state, _ = method.update(state, batch, g)
+    assert state["noise_prec"][0] < 0.9      # residuals of variance ~9 pull E[tau] below the prior's 1
+    pred = method.predict(state, x, 7, g)
+    assert pred.noise_prec.shape == (1, 7) and pred.noise_prec.std() > 0

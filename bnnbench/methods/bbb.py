@@ -7,6 +7,8 @@ negative ELBO per data point, estimated with S samples,
     L(mu, rho) = -(1/S) sum_s (1/M) sum_i log p(y_i | theta_s) + KL(q || p) / N,
 
 with theta_s = mu + sigma * eps_s (or, optionally, the local reparameterisation trick).
+``learn_noise`` (Gaussian likelihood): the noise precision has a learned Gamma posterior, as the noisy natural
+gradient methods' UCI protocol (``gamma_noise``), so that BBB runs beside them under the same model.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from bnnbench.metrics import kl_diag_gaussians
-from bnnbench.methods.base import Method, Problem, State, adam, hyper_state
+from bnnbench.methods import gamma_noise
+from bnnbench.methods.base import Method, Predictive, Problem, State, adam, hyper_state
 from bnnbench.models.mlp import softplus_inv
 
 
@@ -35,8 +38,11 @@ class BBB(Method):
         else:  # sigma = 1/sqrt(prec_init), as the Vadam code's BBVI
             rho = torch.full_like(mean, softplus_inv(float(cfg.init_prec) ** -0.5))
         z = torch.zeros_like(mean)
-        return {**hyper_state(problem), "mean": mean, "rho": rho, "m_mean": z, "v_mean": z.clone(),
-                "m_rho": z.clone(), "v_rho": z.clone(), "t": torch.zeros(R, dtype=torch.long, device=dev)}
+        state = {**hyper_state(problem), "mean": mean, "rho": rho, "m_mean": z, "v_mean": z.clone(),
+                 "m_rho": z.clone(), "v_rho": z.clone(), "t": torch.zeros(R, dtype=torch.long, device=dev)}
+        if gamma_noise.learns_noise(cfg, self.likelihood):
+            state.update(gamma_noise.init_state(cfg, R, dev, dt))
+        return state
 
     def noise(self, state, batch, generator):
         R, P = state["mean"].shape
@@ -49,6 +55,7 @@ class BBB(Method):
                            dtype=state["mean"].dtype)
 
     def objective(self, state, mean, rho, batch, noise):
+        """(negative ELBO / N, NLL, KL) per replica and the outputs ``f`` of the samples."""
         sigma = F.softplus(rho)
         if self.cfg.get("local_reparam", False):
             f = self.model.forward_local_reparam(mean, sigma * sigma, batch.x, noise)
@@ -57,13 +64,13 @@ class BBB(Method):
         nll = self.nll(state, f, batch.y)
         prior_var = 1.0 / state["prior_prec"]
         kl = kl_diag_gaussians(mean, sigma * sigma, torch.zeros_like(mean), prior_var)
-        return nll + kl / state["n_data"].to(nll.dtype), nll, kl
+        return nll + kl / state["n_data"].to(nll.dtype), nll, kl, f
 
     def step(self, state, batch, noise):
         mean = state["mean"].detach().requires_grad_(True)
         rho = state["rho"].detach().requires_grad_(True)
         with torch.enable_grad():
-            obj, nll, kl = self.objective(state, mean, rho, batch, noise)
+            obj, nll, kl, f = self.objective(state, mean, rho, batch, noise)
             g_mean, g_rho = torch.autograd.grad(obj.sum(), [mean, rho])
         t = state["t"] + 1
         lr, betas, eps = float(self.cfg.lr) * self.lr_scale, tuple(self.cfg.betas), float(self.cfg.eps)
@@ -71,6 +78,8 @@ class BBB(Method):
         new_rho, m_rho, v_rho = adam(state["rho"], g_rho, state["m_rho"], state["v_rho"], t, lr, betas, eps)
         new = {**state, "mean": new_mean, "rho": new_rho, "m_mean": m_mean, "v_mean": v_mean,
                "m_rho": m_rho, "v_rho": v_rho, "t": t}
+        if "log_ab" in state:
+            new.update(gamma_noise.step(self.cfg, state, f, batch.y, self.lr_scale))
         return new, {"objective": obj.detach(), "nll": nll.detach(), "kl": kl.detach()}
 
     def gaussian(self, state):
@@ -83,4 +92,7 @@ class BBB(Method):
         return mean.unsqueeze(1) + sigma.unsqueeze(1) * eps
 
     def predict(self, state, x, n_samples, generator):
-        return self._predictive(state, self.model.forward(self.sample_params(state, n_samples, generator), x))
+        f = self.model.forward(self.sample_params(state, n_samples, generator), x)
+        if "log_ab" in state:   # tau_s ~ q(tau) per sample, as the noisy methods
+            return Predictive(f=f, noise_prec=gamma_noise.sample_prec(state, n_samples))
+        return self._predictive(state, f)

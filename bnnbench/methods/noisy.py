@@ -18,29 +18,19 @@ Noisy K-FAC: per layer (homogeneous weights [W; b], inputs a with a 1 appended)
              V = grad_W log p(y|x,w) - gamma_in W;  inverses recomputed every T_inv steps;
              optional momentum on V with bias correction (the authors' regression code; 0 = Alg. 2).
 
-Regression with an unknown noise precision (the paper's UCI protocol, App. C.1): q(tau) = Gamma(a, b),
-prior Gamma(a0, b0); E_q[log N(y | f, 1/tau)] = (psi(a) - log b - (a/b)(y - f)^2 - log 2 pi) / 2
-(eq. 23); (log a, log b) follow Adam on -E_q[log p] + KL(q(tau) || p(tau)) / N.
+Regression with an unknown noise precision (the paper's UCI protocol, App. C.1): a learned Gamma posterior
+q(tau), ``gamma_noise``.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from bnnbench.linalg.per_example import forward_cache, sum_sq_grads
-from bnnbench.methods.base import Method, Predictive, Problem, State, adam, hyper_state, likelihood_of
+from bnnbench.methods import gamma_noise
+from bnnbench.methods.base import Method, Predictive, Problem, State, hyper_state, likelihood_of
 from bnnbench.methods.natural import flat_grads, leaf_layers
 from bnnbench.metrics import kl_diag_gaussians
-
-LOG_2PI = math.log(2 * math.pi)
-
-
-def kl_gamma(a, b, a0, b0):
-    """KL(Gamma(a, b) || Gamma(a0, b0)), shape-rate parameterisation."""
-    return ((a - a0) * torch.digamma(a) - torch.lgamma(a) + math.lgamma(a0) + a0 * (torch.log(b) - math.log(b0))
-            + a * (b0 - b) / b)
 
 
 def _inv_chol_t(X: torch.Tensor) -> torch.Tensor:
@@ -66,12 +56,8 @@ class _NoisyBase(Method):
         R = problem.n_replicas
         dev, dt = mean.device, mean.dtype
         state = {**hyper_state(problem), "mean": mean, "t": torch.zeros(R, dtype=torch.long, device=dev)}
-        if self.likelihood == "gaussian" and self.cfg.get("learn_noise", True):
-            a0 = float(self.cfg.noise_prior_shape)
-            z = torch.full((R, 2), math.log(a0), device=dev, dtype=dt)
-            z[:, 1] = math.log(float(self.cfg.noise_prior_rate))
-            state.update(log_ab=z, m_ab=torch.zeros_like(z), v_ab=torch.zeros_like(z))
-            state["noise_prec"] = torch.exp(z[:, 0] - z[:, 1])  # E_q[tau] = a / b
+        if gamma_noise.learns_noise(self.cfg, self.likelihood, default=True):
+            state.update(gamma_noise.init_state(self.cfg, R, dev, dt))
         return state
 
     def gamma_in(self, state):
@@ -79,24 +65,8 @@ class _NoisyBase(Method):
         return float(self.cfg.kl_weight) * state["prior_prec"] / state["n_data"].to(state["mean"].dtype)[:, None]
 
     def _noise_step(self, state, f, y):
-        """Adam step on (log a, log b) of q(tau); returns the updated entries."""
-        if "log_ab" not in state:
-            return {}
-        z = state["log_ab"].detach().requires_grad_(True)
-        with torch.enable_grad():
-            a, b = z[:, 0].exp(), z[:, 1].exp()
-            r2 = ((y.unsqueeze(1) - f.detach()[..., 0]) ** 2).mean(dim=(1, 2))
-            ell = 0.5 * (torch.digamma(a) - torch.log(b) - a / b * r2 - LOG_2PI)
-            kl = kl_gamma(a, b, float(self.cfg.noise_prior_shape), float(self.cfg.noise_prior_rate))
-            obj = -ell + kl / state["n_data"].to(a.dtype)
-            (gz,) = torch.autograd.grad(obj.sum(), [z])
-        t = state["t"] + 1
-        # The authors' regression code learns (log a, log b) by Adam at a constant rate (regression/model.py:
-        # tf.train.AdamOptimizer(config.learning_rate = 1e-3)); its x0.1 drop (regression/train.py) applies to
-        # alpha, beta and omega only. noise_lr_drop: false follows it.
-        scale = self.lr_scale if self.cfg.get("noise_lr_drop", True) else 1.0
-        z_new, m, v = adam(state["log_ab"], gz, state["m_ab"], state["v_ab"], t, float(self.cfg.noise_lr) * scale)
-        return {"log_ab": z_new, "m_ab": m, "v_ab": v, "noise_prec": torch.exp(z_new[:, 0] - z_new[:, 1])}
+        """Adam step on q(tau)'s (log a, log b) (``gamma_noise.step``); nothing without a learned noise."""
+        return gamma_noise.step(self.cfg, state, f, y, self.lr_scale) if "log_ab" in state else {}
 
     def sampled_targets(self, state, f, generator_noise):
         """y~ ~ p(y | x, w) for the true Fisher (Gaussian with E_q[tau], Bernoulli, categorical)."""
@@ -121,8 +91,7 @@ class _NoisyBase(Method):
         f = self.model.forward_layers(self.sample_layers(state, n_samples, generator), x)
         tau = state.get("noise_prec")
         if "log_ab" in state:  # tau_s ~ q(tau) per sample, as the authors' evaluation
-            a, b = state["log_ab"][:, 0].exp(), state["log_ab"][:, 1].exp()
-            tau = torch.distributions.Gamma(a[:, None].expand(-1, n_samples), b[:, None].expand(-1, n_samples)).sample()
+            tau = gamma_noise.sample_prec(state, n_samples)
         return Predictive(f=f, noise_prec=tau)
 
 

@@ -1,0 +1,63 @@
+"""A learned Gamma posterior on the Gaussian noise precision (the noisy natural gradient UCI protocol, Zhang
+et al. 2018, App. C.1), shared by noisy Adam, noisy K-FAC and BBB when ``learn_noise`` is set.
+
+q(tau) = Gamma(a, b), prior Gamma(a0, b0) (shape, rate); the likelihood of a step uses E_q[tau] = a / b, and
+(log a, log b) follow Adam at rate ``noise_lr`` on the per-point objective
+
+    -E_q[log N(y | f, 1/tau)] + KL(q(tau) || p(tau)) / N,
+    E_q[log N(y | f, 1/tau)] = (psi(a) - log b - (a/b) (y - f)^2 - log 2 pi) / 2          (NNG eq. 23).
+
+Predictions draw tau_s ~ q(tau) per posterior sample, as the authors' evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from bnnbench.methods.base import adam
+
+LOG_2PI = math.log(2 * math.pi)
+
+
+def kl_gamma(a, b, a0, b0):
+    """KL(Gamma(a, b) || Gamma(a0, b0)), shape-rate parameterisation."""
+    return ((a - a0) * torch.digamma(a) - torch.lgamma(a) + math.lgamma(a0) + a0 * (torch.log(b) - math.log(b0))
+            + a * (b0 - b) / b)
+
+
+def learns_noise(cfg, likelihood: str, default: bool = False) -> bool:
+    return likelihood == "gaussian" and bool(cfg.get("learn_noise", default))
+
+
+def init_state(cfg, R: int, device, dtype) -> dict:
+    """q(tau) = the prior at the start; Adam moments at zero."""
+    z = torch.full((R, 2), math.log(float(cfg.noise_prior_shape)), device=device, dtype=dtype)
+    z[:, 1] = math.log(float(cfg.noise_prior_rate))
+    return {"log_ab": z, "m_ab": torch.zeros_like(z), "v_ab": torch.zeros_like(z),
+            "noise_prec": torch.exp(z[:, 0] - z[:, 1])}
+
+
+def step(cfg, state, f, y, lr_scale: float) -> dict:
+    """One Adam step on (log a, log b) from the outputs ``f [R, S, B, 1]`` of this step's samples; returns the
+    updated entries. The NNG code (regression/model.py) learns them at a constant rate: its x0.1 drop of alpha,
+    beta at half time (regression/train.py) leaves the noise alone (``noise_lr_drop: false``)."""
+    z = state["log_ab"].detach().requires_grad_(True)
+    with torch.enable_grad():
+        a, b = z[:, 0].exp(), z[:, 1].exp()
+        r2 = ((y.unsqueeze(1) - f.detach()[..., 0]) ** 2).mean(dim=(1, 2))
+        ell = 0.5 * (torch.digamma(a) - torch.log(b) - a / b * r2 - LOG_2PI)
+        kl = kl_gamma(a, b, float(cfg.noise_prior_shape), float(cfg.noise_prior_rate))
+        obj = -ell + kl / state["n_data"].to(a.dtype)
+        (gz,) = torch.autograd.grad(obj.sum(), [z])
+    t = state["t"] + 1
+    scale = lr_scale if cfg.get("noise_lr_drop", True) else 1.0
+    z_new, m, v = adam(state["log_ab"], gz, state["m_ab"], state["v_ab"], t, float(cfg.noise_lr) * scale)
+    return {"log_ab": z_new, "m_ab": m, "v_ab": v, "noise_prec": torch.exp(z_new[:, 0] - z_new[:, 1])}
+
+
+def sample_prec(state, n_samples: int) -> torch.Tensor:
+    """tau_s ~ q(tau), ``[R, n_samples]``."""
+    a, b = state["log_ab"][:, 0].exp(), state["log_ab"][:, 1].exp()
+    return torch.distributions.Gamma(a[:, None].expand(-1, n_samples), b[:, None].expand(-1, n_samples)).sample()
