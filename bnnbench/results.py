@@ -134,8 +134,9 @@ def _read_git_commit() -> str | None:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
         if sha.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        # results/ is excluded: a finished run deletes its committed checkpoint, which is not a code change
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
+                               cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
         return sha.stdout.strip() + ("-dirty" if dirty else "")
     except Exception:
         return None
