@@ -149,7 +149,8 @@ def cmd_reproduce(args) -> int:
             for out in pool.map(_reproduce_cell, [args.experiment] * len(wave), [args.runs_root] * len(wave),
                                 wave, [threads] * len(wave)):
                 print(out, flush=True)
-    cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out=args.figures))
+    figures = args.figures or str(Path(args.out).parent / "figures")    # beside the tables
+    cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out=figures))
     return cmd_table(args) if spec.get("reference") else 0
 
 
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("overrides", nargs="*", help="Hydra overrides applied to every cell")
     r.add_argument("--runs-root", default="runs")
     r.add_argument("--out", default="results/tables")
-    r.add_argument("--figures", default="results/figures")
+    r.add_argument("--figures", help="where the figures go (default: figures/ beside --out: results/figures)")
     r.add_argument("--jobs", type=int, default=1, help="cells run at a time in worker processes")
     r.add_argument("--data", help="only the cells of these data sets (comma list, e.g. libsvm/a1a,usps/3vs5)")
     r.add_argument("--label", help="only the cells of these methods / run labels (comma list)")

@@ -246,3 +246,13 @@ def test_reproduce_runs_every_cell_in_worker_processes(tmp_path, capsys):
     before = {p: p.stat().st_mtime_ns for p in records}
     assert main(argv) == 0                            # finished cells are skipped, records untouched
     assert {p: p.stat().st_mtime_ns for p in records} == before
+
+
+def test_reproduce_puts_figures_beside_its_tables(tmp_path):
+    """Without --figures, a reproduction into another --out does not overwrite results/figures."""
+    runs = tmp_path / "runs"
+    argv = ["reproduce", "slang_fig4", "protocol.epochs=1", "protocol.eval_every=1", "protocol.restarts=1",
+            "progress=false", "--runs-root", str(runs), "--out", str(tmp_path / "res" / "tables"),
+            "--data", "libsvm/breast_cancer", "--label", "mf_hessian"]
+    assert main(argv) == 0
+    assert (tmp_path / "res" / "figures" / "slang_fig4_convergence.png").exists()
