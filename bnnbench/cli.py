@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
+RECORDS = "results/runs"   # the committed run records that results/tables are rendered from
+RECORDS_HELP = f"the run records (default: {RECORDS}, relative to the working directory)"
 
 
 def config_dir() -> str:
@@ -245,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("reproduce", help="run the missing cells of an experiment, then write its tables")
     r.add_argument("experiment")
     r.add_argument("overrides", nargs="*", help="Hydra overrides applied to every cell")
-    r.add_argument("--runs-root", default="runs")
+    r.add_argument("--runs-root", default=RECORDS, help=RECORDS_HELP)
     r.add_argument("--out", default="results/tables")
     r.add_argument("--figures", help="where the figures go (default: figures/ beside --out: results/figures)")
     r.add_argument("--jobs", type=int, default=1, help="cells run at a time in worker processes")
@@ -253,11 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--label", help="only the cells of these methods / run labels (comma list)")
     t = sub.add_parser("table", help="render an experiment's table from its run records")
     t.add_argument("experiment")
-    t.add_argument("--runs-root", default="runs")
+    t.add_argument("--runs-root", default=RECORDS, help=RECORDS_HELP)
     t.add_argument("--out", default="results/tables")
     pl = sub.add_parser("plot", help="an experiment's figures from its stored run records (no training)")
     pl.add_argument("experiment")
-    pl.add_argument("--runs-root", default="runs")
+    pl.add_argument("--runs-root", default=RECORDS, help=RECORDS_HELP)
     pl.add_argument("--out", default="results/figures")
     lst = sub.add_parser("list", help="list data sets, methods, protocols and experiments")
     lst.add_argument("what", nargs="?", default="all", choices=["all", "datasets", "methods", "protocols", "experiments"])

@@ -237,23 +237,30 @@ def _keep_fixed(spec, names):
     return {k: v for k, v in spec.fixed.items() if k not in names}
 
 
-def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> dict:
-    """Run ``cfg`` and write its record (or failure) into ``run_dir``; returns the record."""
-    t0 = time.perf_counter()
-    commit = results.git_commit()  # first call in the process: the code this process runs
+def resolve_run(cfg: DictConfig, overrides: list[str]):
+    """The data set, run spec and splits of ``cfg``, and the resolved configuration that a record stores and
+    whose hash (``results.config_hash``) decides whether a finished record can be reused."""
     validate(cfg)
     ds = load_dataset(cfg.data.name)
     spec = resolve(cfg, overrides, meta=ds.meta)
     if ds.task != spec.task and not (spec.task == "binary" and ds.task == "binary"):
         raise ConfigError(f"protocol {cfg.protocol.name!r} is for {spec.task} but {ds.name} is a {ds.task} data set")
-    device = device_of(cfg)
-    dtype = {"float32": torch.float32, "float64": torch.float64}[cfg.get("dtype", "float32")]
-    torch.manual_seed(int(cfg.seed))
     splits = stage_splits(ds, spec, spec.stages[-1]["split"]) if spec.stages else \
         subset(with_restarts(select_splits(ds, spec.splits, spec.split_scheme), spec.restarts), spec.subset)
     resolved = {"method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
                 "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
                 "dtype": cfg.get("dtype", "float32")}
+    return ds, spec, splits, resolved
+
+
+def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> dict:
+    """Run ``cfg`` and write its record (or failure) into ``run_dir``; returns the record."""
+    t0 = time.perf_counter()
+    commit = results.git_commit()  # first call in the process: the code this process runs
+    ds, spec, splits, resolved = resolve_run(cfg, overrides)
+    device = device_of(cfg)
+    dtype = {"float32": torch.float32, "float64": torch.float64}[cfg.get("dtype", "float32")]
+    torch.manual_seed(int(cfg.seed))
     chash = results.config_hash(resolved)
     base = {"status": "ok", "method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
             "experiment": cfg.get("experiment", {}).get("name") if cfg.get("experiment") else None,

@@ -256,3 +256,11 @@ def test_reproduce_puts_figures_beside_its_tables(tmp_path):
             "--data", "libsvm/breast_cancer", "--label", "mf_hessian"]
     assert main(argv) == 0
     assert (tmp_path / "res" / "figures" / "slang_fig4_convergence.png").exists()
+
+
+def test_table_reads_the_committed_records_by_default(tmp_path, monkeypatch):
+    """``bnnbench table X`` in a checkout renders results/runs (what results/tables come from), not an empty ./runs."""
+    monkeypatch.chdir(REPO)
+    assert main(["table", "slang_table2", "--out", str(tmp_path)]) == 0
+    rows = [r for r in (tmp_path / "slang_table2.md").read_text().splitlines() if r.startswith("| yacht")]
+    assert rows and "not run" not in rows[0]      # BBB's yacht cells are committed

@@ -3,10 +3,12 @@ Kronecker covariance (eq. 13), the Gamma KL, and the noisy-Adam step against its
 
 import math
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 
 from bnnbench.methods import METHODS, Batch, Problem
+from bnnbench.methods import gamma_noise
 from bnnbench.methods.gamma_noise import kl_gamma
 from bnnbench.models import MLP
 
@@ -279,3 +281,11 @@ def test_bbb_learns_the_noise_and_predicts_with_sampled_precisions():
     assert state["noise_prec"][0] < 0.9      # residuals of variance ~9 pull E[tau] below the prior's 1
     pred = method.predict(state, x, 7, g)
     assert pred.noise_prec.shape == (1, 7) and pred.noise_prec.std() > 0
+
+
+def test_learn_noise_without_its_prior_is_a_clear_error():
+    """bbb.yaml leaves the Gamma prior unset (protocol=nng_uci sets it): turning learn_noise on alone says what is missing."""
+    cfg = OmegaConf.create(dict(learn_noise=True, noise_prior_shape=6.0, noise_prior_rate=None))
+    with pytest.raises(ValueError, match="method.noise_prior_rate, method.noise_lr"):
+        gamma_noise.learns_noise(cfg, "gaussian")
+    assert not gamma_noise.learns_noise(OmegaConf.create(dict(learn_noise=None)), "gaussian")

@@ -27,8 +27,16 @@ def kl_gamma(a, b, a0, b0):
             + a * (b0 - b) / b)
 
 
+NOISE_KEYS = ("noise_prior_shape", "noise_prior_rate", "noise_lr")   # noise_lr_drop defaults to true
+
+
 def learns_noise(cfg, likelihood: str, default: bool = False) -> bool:
-    return likelihood == "gaussian" and bool(cfg.get("learn_noise", default))
+    on = likelihood == "gaussian" and bool(cfg.get("learn_noise", default))
+    missing = [k for k in NOISE_KEYS if cfg.get(k) is None]
+    if on and missing:
+        raise ValueError(f"learn_noise needs the Gamma prior and its step size: set {', '.join('method.' + k for k in missing)}"
+                         " (protocol=nng_uci sets them)")
+    return on
 
 
 def init_state(cfg, R: int, device, dtype) -> dict:
