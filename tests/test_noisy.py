@@ -11,6 +11,7 @@ from bnnbench.methods import METHODS, Batch, Problem
 from bnnbench.methods import gamma_noise
 from bnnbench.methods.gamma_noise import kl_gamma
 from bnnbench.models import MLP
+from bnnbench.protocol import ConfigError
 
 DT = torch.float64
 BASE = dict(lr=0.01, kl_weight=1.0, damping_ex=0.0, train_samples=2, init_mean="uniform_fan_in", learn_noise=True,
@@ -286,6 +287,6 @@ def test_bbb_learns_the_noise_and_predicts_with_sampled_precisions():
 def test_learn_noise_without_its_prior_is_a_clear_error():
     """bbb.yaml leaves the Gamma prior unset (protocol=nng_uci sets it): turning learn_noise on alone says what is missing."""
     cfg = OmegaConf.create(dict(learn_noise=True, noise_prior_shape=6.0, noise_prior_rate=None))
-    with pytest.raises(ValueError, match="method.noise_prior_rate, method.noise_lr"):
+    with pytest.raises(ConfigError, match="method.noise_prior_rate, method.noise_lr"):
         gamma_noise.learns_noise(cfg, "gaussian")
     assert not gamma_noise.learns_noise(OmegaConf.create(dict(learn_noise=None)), "gaussian")

@@ -17,6 +17,7 @@ import math
 import torch
 
 from bnnbench.methods.base import adam
+from bnnbench.protocol import ConfigError
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -34,8 +35,8 @@ def learns_noise(cfg, likelihood: str, default: bool = False) -> bool:
     on = likelihood == "gaussian" and bool(cfg.get("learn_noise", default))
     missing = [k for k in NOISE_KEYS if cfg.get(k) is None]
     if on and missing:
-        raise ValueError(f"learn_noise needs the Gamma prior and its step size: set {', '.join('method.' + k for k in missing)}"
-                         " (protocol=nng_uci sets them)")
+        keys = ", ".join("method." + k for k in missing)
+        raise ConfigError(f"learn_noise needs the Gamma prior and its step size: set {keys} (protocol=nng_uci sets them)")
     return on
 
 
