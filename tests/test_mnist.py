@@ -18,7 +18,7 @@ needs_mirror = pytest.mark.skipif(not (MIRROR / "mnist").is_dir(), reason="needs
 # a small network on 400 / 300 images, two short stages: the schedule, not the accuracy
 TINY = ["protocol=slang_mnist_fast", "model.hidden=[16]", "protocol.subset.train=400", "protocol.subset.test=300",
         "protocol.stages=[{split: validation, epochs: 2}, {split: official, epochs: 2}]", "protocol.eval_samples=4",
-        "protocol.eval_samples_final=8", "protocol.batch_size=100", "progress=false"]
+        "protocol.eval_samples_final=8", "protocol.batch_size=100", "protocol.eval_every=1", "progress=false"]
 
 
 @pytest.fixture(scope="module")
