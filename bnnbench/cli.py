@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
-RECORDS = "results/runs"   # the committed run records that results/tables are rendered from
-RECORDS_HELP = f"the run records (default: {RECORDS}, relative to the working directory)"
+RESULTS = Path("results")       # the committed report, relative to the working directory (a checkout)
+RECORDS = str(RESULTS / "runs")  # the run records that results/tables and results/figures are rendered from
+RECORDS_HELP = f"the run records (default: {RECORDS})"
 
 
 def config_dir() -> str:
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("experiment")
     r.add_argument("overrides", nargs="*", help="Hydra overrides applied to every cell")
     r.add_argument("--runs-root", default=RECORDS, help=RECORDS_HELP)
-    r.add_argument("--out", default="results/tables")
+    r.add_argument("--out", default=str(RESULTS / "tables"))
     r.add_argument("--figures", help="where the figures go (default: figures/ beside --out: results/figures)")
     r.add_argument("--jobs", type=int, default=1, help="cells run at a time in worker processes")
     r.add_argument("--data", help="only the cells of these data sets (comma list, e.g. libsvm/a1a,usps/3vs5)")
@@ -256,18 +257,18 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("table", help="render an experiment's table from its run records")
     t.add_argument("experiment")
     t.add_argument("--runs-root", default=RECORDS, help=RECORDS_HELP)
-    t.add_argument("--out", default="results/tables")
+    t.add_argument("--out", default=str(RESULTS / "tables"))
     pl = sub.add_parser("plot", help="an experiment's figures from its stored run records (no training)")
     pl.add_argument("experiment")
     pl.add_argument("--runs-root", default=RECORDS, help=RECORDS_HELP)
-    pl.add_argument("--out", default="results/figures")
+    pl.add_argument("--out", default=str(RESULTS / "figures"))
     lst = sub.add_parser("list", help="list data sets, methods, protocols and experiments")
     lst.add_argument("what", nargs="?", default="all", choices=["all", "datasets", "methods", "protocols", "experiments"])
     d = sub.add_parser("data", help="fetch and verify data sets")
     d.add_argument("action", choices=["list", "fetch"])
     d.add_argument("names", nargs="*", default=["all"], help="data set ids, a family (uci, libsvm) or all")
     g = sub.add_parser("regression", help="re-run the fast subset of the tables and fail on a regressed cell")
-    g.add_argument("--results", default="results")
+    g.add_argument("--results", default=str(RESULTS))
     g.add_argument("--runs-root", default="runs/regression")
     args, extra = p.parse_known_args(argv)
     if args.cmd == "reproduce":  # overrides may also follow the options

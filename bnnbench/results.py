@@ -97,8 +97,12 @@ def is_done(run_dir: Path, chash: str) -> bool:
     rec = load_record(run_dir)
     if rec is None or rec.get("status") != "ok" or "config" not in rec:
         return False
-    stored = {k: v for k, v in rec["config"].items() if k != "hydra_overrides"}
-    return config_hash(stored) == chash
+    return stored_config_hash(rec) == chash
+
+
+def stored_config_hash(record: dict) -> str:
+    """``config_hash`` of the resolved configuration a record stores (its Hydra overrides left out)."""
+    return config_hash({k: v for k, v in record["config"].items() if k != "hydra_overrides"})
 
 
 def versions() -> dict:
