@@ -209,7 +209,8 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
           eval_samples: int, generator: torch.Generator, task: str, eval_every: int | None = None,
           stop_on_divergence: bool = True, progress: bool = False, desc: str = "",
           lr_drop: dict | None = None, checkpoint: Path | None = None,
-          checkpoint_every: int = 10, eval_samples_final: int | None = None) -> TrainResult:
+          checkpoint_every: int = 10, eval_samples_final: int | None = None,
+          replica_offset: int = 0) -> TrainResult:
     """Run ``epochs`` passes of ``method.update`` over every replica at once.
 
     Evaluates every ``eval_every`` epochs (and at the end), recording the evaluation metrics and the
@@ -224,6 +225,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     With ``checkpoint`` (a file path), the state, the generator's state, the history and the epoch
     are saved every ``checkpoint_every`` epochs, and a run that finds the file resumes from it: the
     result is the same as without the interruption. The caller removes the file when done.
+    ``replica_offset`` numbers the replicas in messages (a chunk of a larger run, ``replica_workers``).
     """
     history = History()
     R = data.n_replicas
@@ -256,7 +258,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
             if stop_on_divergence:
                 raise DivergenceError(
                     f"{method.name} diverged at epoch {epoch + 1}: non-finite objective or state in "
-                    f"replica(s) {newly.nonzero().flatten().tolist()}")
+                    f"replica(s) {(newly.nonzero().flatten() + replica_offset).tolist()}")
         last = epoch == epochs - 1
         if last or (eval_every and (epoch + 1) % eval_every == 0):
             m = evaluate(method, state, data, eval_samples_final if last and eval_samples_final else eval_samples,

@@ -81,6 +81,10 @@ def validate(cfg: DictConfig) -> None:
     need(isinstance(cfg.seed, int) and cfg.seed >= 0, f"seed must be a non-negative integer, got {cfg.seed!r}")
     need(cfg.get("dtype", "float32") in ("float32", "float64"), f"dtype must be float32 or float64, got {cfg.dtype!r}")
     need(str(cfg.get("device", "cpu")).split(":")[0] in ("cpu", "cuda"), f"device must be cpu or cuda[:N], got {cfg.device!r}")
+    w = cfg.get("workers")
+    need(w is None or (isinstance(w, int) and w >= 1), f"workers must be null or an integer >= 1, got {w!r}")
+    need(w in (None, 1) or str(cfg.get("device", "cpu")) == "cpu",
+         "workers > 1 splits the replicas over CPU processes; with device=cuda use workers=null")
     m = cfg.method
     for k in ("lr", "eps", "length_scale", "init_prec", "init_std"):
         if m.get(k) is not None:
@@ -119,23 +123,37 @@ def make_problem(spec: RunSpec, model: MLP, data: ReplicaData, hparams: list[dic
                    noise_prec=noise, y_scale=y_scale, dropout=dropout)
 
 
-def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, *, device, dtype, eval_every=None,
-        stop_on_divergence=True, progress=False, desc="", eval_samples=None, checkpoint=None, checkpoint_every=10,
-        epochs=None, init_state=None, eval_samples_final=None):
-    """Train one batched program: replica r trains on ``pairs[data_index[r]]`` with ``hparams[r]``.
-    ``init_state`` continues a trained state (a later stage) with this data's sizes and priors."""
-    data = ReplicaData.build(ds.X, ds.y, pairs, data_index, spec.normalize_x,
-                             spec.normalize_y and spec.task == "regression", device=device, dtype=dtype)
+def build_method(spec: RunSpec, ds):
+    """The network and the method object of ``spec`` for data set ``ds``."""
     out_dim = 1 if spec.task != "multiclass" else int(ds.n_classes)
     model = MLP([int(np.prod(ds.X.shape[1:])), *spec.model_hidden, out_dim], spec.activation)
-    method = method_class(spec.method.name)(spec.method, model, spec.likelihood)
-    problem = make_problem(spec, model, data, hparams)
+    return method_class(spec.method.name)(spec.method, model, spec.likelihood)
+
+
+def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, *, device, dtype, eval_every=None,
+        stop_on_divergence=True, progress=False, desc="", eval_samples=None, checkpoint=None, checkpoint_every=10,
+        epochs=None, init_state=None, eval_samples_final=None, workers=None, replica_offset=0):
+    """Train one batched program: replica r trains on ``pairs[data_index[r]]`` with ``hparams[r]``.
+    ``init_state`` continues a trained state (a later stage) with this data's sizes and priors. ``workers > 1``
+    trains contiguous chunks of the replicas in that many processes (``replica_workers``)."""
+    kw = dict(device=device, dtype=dtype, eval_every=eval_every, stop_on_divergence=stop_on_divergence,
+              progress=progress, desc=desc, eval_samples=eval_samples, checkpoint=checkpoint,
+              checkpoint_every=checkpoint_every, epochs=epochs, init_state=init_state,
+              eval_samples_final=eval_samples_final)
+    method = build_method(spec, ds)
+    if workers is not None and int(workers) > 1 and len(data_index) > 1:
+        from bnnbench.replica_workers import fit_in_workers
+        return fit_in_workers(spec, ds, pairs, list(data_index), hparams, generator, workers=int(workers),
+                              method=method, replica_offset=replica_offset, **kw)
+    data = ReplicaData.build(ds.X, ds.y, pairs, data_index, spec.normalize_x,
+                             spec.normalize_y and spec.task == "regression", device=device, dtype=dtype)
+    problem = make_problem(spec, method.model, data, hparams)
     state = method.init(problem, generator) if init_state is None else {**init_state, **hyper_state(problem)}
     return train(method, state, data, epochs=epochs or spec.epochs, batch_size=spec.batch_size, lr_drop=spec.lr_drop,
                  eval_samples=eval_samples or spec.eval_samples, eval_samples_final=eval_samples_final,
                  generator=generator, task=spec.task,
                  eval_every=eval_every, stop_on_divergence=stop_on_divergence, progress=progress, desc=desc,
-                 checkpoint=checkpoint, checkpoint_every=checkpoint_every)
+                 checkpoint=checkpoint, checkpoint_every=checkpoint_every, replica_offset=replica_offset)
 
 
 def _hp_dict(names, spaces, x) -> dict:
@@ -143,7 +161,7 @@ def _hp_dict(names, spaces, x) -> dict:
 
 
 def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress=False, log=_log,
-                   resume: Path | None = None):
+                   resume: Path | None = None, workers: int | None = None):
     """Per-split hyper-parameters chosen on K-fold CV of the training rows (never the test rows).
 
     Returns ``(hparams per split, trace)``; the trace lists every evaluated candidate and its score.
@@ -176,7 +194,7 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
                     data_index.append(i * n_f + f)
                     hps.append({**spec.fixed, **_hp_dict(names, spec.space, cands[i][c])})
         res = fit(spec, ds, pairs, data_index, hps, gen, device=device, dtype=dtype, stop_on_divergence=False,
-                  eval_samples=hpo.get("eval_samples"), progress=progress, desc=f"hpo {C} cand")
+                  eval_samples=hpo.get("eval_samples"), progress=progress, desc=f"hpo {C} cand", workers=workers)
         score = res.final[metric].reshape(n_s, n_f, C)
         score = torch.where(torch.isfinite(score), score, torch.full_like(score, failed))
         score = torch.where(res.diverged.cpu().reshape(n_s, n_f, C), torch.full_like(score, failed), score)
@@ -249,7 +267,7 @@ def resolve_run(cfg: DictConfig, overrides: list[str]):
         subset(with_restarts(select_splits(ds, spec.splits, spec.split_scheme), spec.restarts), spec.subset)
     resolved = {"method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
                 "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
-                "dtype": cfg.get("dtype", "float32")}
+                "dtype": cfg.get("dtype", "float32"), "workers": cfg.get("workers")}
     return ds, spec, splits, resolved
 
 
@@ -278,13 +296,14 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
         trace = []
     else:
         hparams, trace = select_hparams(spec, ds, splits, int(cfg.seed), device=device, dtype=dtype,
-                                        progress=cfg.get("progress", False), log=log, resume=ck_hpo)
+                                        progress=cfg.get("progress", False), log=log, resume=ck_hpo,
+                                        workers=cfg.get("workers"))
     t_hpo = time.perf_counter() - t0
     gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
     pairs = [(s.train, s.test) for s in splits]
     opts = dict(device=device, dtype=dtype, eval_every=spec.eval_every, stop_on_divergence=True,
                 progress=cfg.get("progress", False), desc=f"{cfg.method.name} {ds.name}",
-                checkpoint_every=int(cfg.get("checkpoint_every", 10)))
+                checkpoint_every=int(cfg.get("checkpoint_every", 10)), workers=cfg.get("workers"))
     stage_files = [Path(run_dir) / f".stage{k}-{chash}.pt" for k in range(len(spec.stages or []))]
     try:
         if spec.stages:
@@ -295,7 +314,7 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
     except DivergenceError as e:
         results.write_failure(run_dir, str(e), {**base, "hparams": hparams,
                                                  "wall_time_s": time.perf_counter() - t0})
-        for f in (ck_fit, ck_hpo, *stage_files, *Path(run_dir).glob(f".checkpoint-{chash}-stage*.pt")):
+        for f in (ck_fit, ck_hpo, *stage_files, *Path(run_dir).glob(f".checkpoint-{chash}-*.pt")):
             f.unlink(missing_ok=True)
         raise
     keys = [k for k in res.final if k != "train_objective"]
@@ -315,7 +334,7 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
               **({"stages": stages} if stages else {})}
     results.write_record(run_dir, record, history={"epochs": res.history.epochs, "metrics": res.history.metrics,
                                                    "splits": [s.name for s in splits]})
-    for f in (ck_fit, ck_hpo, *stage_files, *Path(run_dir).glob(f".checkpoint-{chash}-stage*.pt")):
+    for f in (ck_fit, ck_hpo, *stage_files, *Path(run_dir).glob(f".checkpoint-{chash}-*.pt")):
         f.unlink(missing_ok=True)
     return record
 

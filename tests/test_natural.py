@@ -6,7 +6,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bnnbench.linalg.per_example import forward_cache, per_example_grads, sum_grads, sum_sq_grads
+from bnnbench.linalg.per_example import backprop, forward_cache, per_example_grads, sum_grads, sum_sq_grads
 from bnnbench.methods import METHODS, Batch, Problem
 from bnnbench.methods.natural import per_example_stats
 from bnnbench.models import MLP
@@ -37,6 +37,23 @@ def test_per_example_sums_match_vmap_reference():
             ref = per_example_grads(model, _gauss_nll(tau), theta[r, s], x[r], y[r])  # [B, P]
             assert torch.allclose(sq[r, s], (ref ** 2).sum(0))
             assert torch.allclose(sm[r, s], ref.sum(0))
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_manual_backprop_of_two_cotangents_matches_autograd(activation):
+    g = torch.Generator().manual_seed(3)
+    model = MLP([3, 5, 4, 2], activation=activation)
+    R, S, B = 2, 3, 6
+    theta = torch.randn(R, S, model.n_params, generator=g, dtype=DT)
+    x = torch.randn(R, B, 3, generator=g, dtype=DT)
+    layers = [(W.detach().requires_grad_(True), b.detach().requires_grad_(True)) for W, b in model.layers(theta)]
+    f, acts, zs = forward_cache(model, layers, x)
+    c1, c2 = torch.randn(2, R, S, B, 2, generator=g, dtype=DT)
+    ref1 = torch.autograd.grad((f * c1).sum(), zs, retain_graph=True)
+    ref2 = torch.autograd.grad((f * c2).sum(), zs)
+    gs = backprop(model, layers, [a.detach() for a in acts], [z.detach() for z in zs], torch.cat([c1, c2], -2))
+    for g_l, r1, r2 in zip(gs, ref1, ref2):
+        assert torch.allclose(g_l[..., :B, :], r1) and torch.allclose(g_l[..., B:, :], r2)
 
 
 @pytest.mark.parametrize("lik", ["gaussian", "bernoulli"])

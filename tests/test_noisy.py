@@ -31,10 +31,22 @@ def test_kl_gamma_matches_torch():
     assert torch.allclose(kl_gamma(a, b, 6.0, 6.0), ref)
 
 
-def test_sampled_weights_have_the_kronecker_covariance_of_eq13():
+def test_gamma_noise_gradient_matches_autograd_of_the_objective():
+    a0, b0, n = 6.0, 6.0, torch.tensor([40.0, 300.0], dtype=DT)
+    z = torch.tensor([[0.3, -0.2], [2.0, 1.1]], dtype=DT, requires_grad=True)
+    r2 = torch.tensor([0.7, 0.05], dtype=DT)
+    a, b = z[:, 0].exp(), z[:, 1].exp()
+    ell = 0.5 * (torch.digamma(a) - torch.log(b) - a / b * r2 - math.log(2 * math.pi))
+    obj = -ell + torch.distributions.kl_divergence(torch.distributions.Gamma(a, b), torch.distributions.Gamma(a0, b0)) / n
+    (ref,) = torch.autograd.grad(obj.sum(), [z])
+    assert torch.allclose(gamma_noise.objective_grad(a.detach(), b.detach(), r2, a0, b0, n), ref)
+
+
+@pytest.mark.parametrize("damping_ex", [0.0, 0.3])
+def test_sampled_weights_have_the_kronecker_covariance_of_eq13(damping_ex):
     g = torch.Generator().manual_seed(0)
     model = MLP([2, 3, 1])
-    method = METHODS["noisy_kfac"](OmegaConf.create(KFAC), model, "gaussian")
+    method = METHODS["noisy_kfac"](OmegaConf.create({**KFAC, "damping_ex": damping_ex}), model, "gaussian")
     state = method.init(_problem(model), g)
     R = 1
     for l, (_, _, d_in, d_out) in enumerate(model.slices):  # arbitrary SPD factors
@@ -58,7 +70,12 @@ def test_sampled_weights_have_the_kronecker_covariance_of_eq13():
         T = Wc.reshape(n, n).T
         cov = T @ T.T  # Cov of vec(W) (row-major)
         assert torch.allclose(cov, torch.kron(kl / N * torch.linalg.inv(A_d), torch.linalg.inv(S_d)), rtol=1e-8, atol=1e-12)
-        assert torch.allclose(state[f"iA{l}"][0], torch.linalg.inv(A_d)) and torch.allclose(state[f"iS{l}"][0], torch.linalg.inv(S_d))
+        # the mean update's natural gradient [A^g]^-1 V [S^g]^-1, damped by gamma = gamma_in + gamma_ex
+        gam = g_in + damping_ex
+        A_g = A + pi * math.sqrt(gam) * torch.eye(A.shape[0], dtype=DT)
+        S_g = S + math.sqrt(gam) / pi * torch.eye(S.shape[0], dtype=DT)
+        V = torch.randn(1, d_in + 1, d_out, generator=g, dtype=DT)
+        assert torch.allclose(method._precondition(state, l, V)[0], torch.linalg.inv(A_g) @ V[0] @ torch.linalg.inv(S_g))
 
 
 def test_kfac_factors_match_the_explicit_fisher_of_a_tiny_network():

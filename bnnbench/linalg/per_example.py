@@ -33,6 +33,23 @@ def forward_cache(model: MLP, layers, x: torch.Tensor):
     return h, acts, zs
 
 
+def backprop(model: MLP, layers, acts, zs, g_out: torch.Tensor) -> list[torch.Tensor]:
+    """Back-propagated gradients ``g_l = d loss / d z_l`` of every layer from the output cotangent
+    ``g_out = d loss / d f``, without autograd: ``g_{l-1} = (g_l W_l^T) * act'(z_{l-1})``.
+
+    ``g_out [R, S, K B, d_out]`` may hold K cotangents of the same B examples one after another (observed and sampled
+    targets, say): one pass serves them all. ``acts``, ``zs`` as ``forward_cache`` returns them."""
+    g, gs = g_out, [g_out]
+    for l in range(len(layers) - 1, 0, -1):
+        z = zs[l - 1]
+        g = torch.matmul(g, layers[l][0].transpose(-1, -2))
+        B = z.shape[-2]
+        d = model.act_grad(z, acts[l]).unsqueeze(-3)
+        g = (g.unflatten(-2, (g.shape[-2] // B, B)) * d).flatten(-3, -2)
+        gs.insert(0, g)
+    return gs
+
+
 def collapse_samples(model: MLP, acts, gs, how: str = "rss"):
     """For a linear model with one output, ``(acts, gs)`` of M examples x S samples -> one "sample" of M examples.
 

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import torch
 
-from bnnbench.linalg.per_example import forward_cache, sum_sq_grads
+from bnnbench.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads
 from bnnbench.methods import gamma_noise
 from bnnbench.methods.base import Method, Predictive, Problem, State, hyper_state, likelihood_of
-from bnnbench.methods.natural import flat_grads, leaf_layers
 from bnnbench.metrics import kl_diag_gaussians
 
 
@@ -83,6 +82,21 @@ class _NoisyBase(Method):
             return torch.rand(shape, generator=generator, dtype=dtype, device=device)
         return torch.rand(*shape, self.model.output_dim, generator=generator, dtype=dtype, device=device).clamp_min(1e-12)
 
+    def _backprop_observed_and_sampled(self, state, layers, x, y, y_noise):
+        """One forward pass without a graph, then one manual backward pass (``backprop``) for two cotangents: the
+        back-propagated gradients ``dz`` of the minibatch-mean log-likelihood of the observed targets and ``ds`` of
+        the per-example log-likelihoods of targets drawn from the model (the true Fisher's). Returns
+        ``f, ll [R, S], acts, dz, ds``."""
+        f, acts, zs = forward_cache(self.model, layers, x)
+        f_obs, f_smp = f.detach().requires_grad_(True), f.detach().requires_grad_(True)
+        with torch.enable_grad():
+            ll = self.log_lik(state, f_obs, y).mean(-1)
+            ll_s = self.log_lik(state, f_smp, self.sampled_targets(state, f.detach(), y_noise))
+            g_obs, g_smp = torch.autograd.grad(ll.sum() + ll_s.sum(), [f_obs, f_smp])
+        B = x.shape[-2]
+        gs = backprop(self.model, layers, acts, zs, torch.cat([g_obs, g_smp], -2))
+        return f.detach(), ll.detach(), acts, [g[..., :B, :] for g in gs], [g[..., B:, :] for g in gs]
+
     def log_lik(self, state, f, y):
         """log p(y | f) ``[R, S, B]``; the Gaussian uses the precision E_q[tau] = a / b."""
         return likelihood_of(state, self.likelihood).log_prob(f, y)
@@ -130,20 +144,15 @@ class NoisyAdam(_NoisyBase):
     def step(self, state, batch, noise):
         eps, y_noise = noise
         mean, gin = state["mean"], self.gamma_in(state)
-        layers = leaf_layers(self.model, mean, self.std(state), eps)
-        params = [t for wb in layers for t in wb]
-        with torch.enable_grad():
-            f, acts, zs = forward_cache(self.model, layers, batch.x)
-            ll = self.log_lik(state, f, batch.y).mean(-1)            # [R, S] minibatch-mean log-lik
-            g = flat_grads(torch.autograd.grad(ll.sum(), params, retain_graph=True))
-            ll_s = self.log_lik(state, f, self.sampled_targets(state, f.detach(), y_noise))  # [R, S, B]
-            ds = torch.autograd.grad(ll_s.sum(), zs)                 # per-example Ds (sampled targets)
+        layers = self.model.sampled_layers(mean, self.std(state), eps)
+        f, ll, acts, dz, ds = self._backprop_observed_and_sampled(state, layers, batch.x, batch.y, y_noise)
+        g = sum_grads(self.model, acts, dz)                                  # [R, S, P] gradient of ll
         # Fisher diagonal = the mean over the minibatch of the squared *per-example* gradients, as
         # F = Cov_{x ~ p_D, y ~ p(y|x,w)}(Dw) (paper eq. 8-11, Alg. 1: (grad_w log p(y|x,w))^2 of one
         # example; authors' code gd-zhang/noisy-K-FAC ops/fisher_factors.py FullyConnectedDiagonalFactor:
         # (1/B) sum_i (a_i (x) ds_i)^2). The square of the minibatch-mean gradient is ~F/B, not F.
-        fisher_b = sum_sq_grads(self.model, [a.detach() for a in acts], ds) / batch.x.shape[1]  # [R, S, P]
-        w = torch.cat([t.detach().flatten(2) for t in params], -1)        # the sampled weights [R, S, P]
+        fisher_b = sum_sq_grads(self.model, acts, ds) / batch.x.shape[1]     # [R, S, P]
+        w = mean.unsqueeze(1) + self.std(state).unsqueeze(1) * eps            # the sampled weights [R, S, P]
         v = (g - gin.unsqueeze(1) * w).mean(1)
         b1, b2 = float(self.cfg.betas[0]), 1 - (1 - float(self.cfg.betas[1])) * self.lr_scale
         t = state["t"] + 1
@@ -152,7 +161,7 @@ class NoisyAdam(_NoisyBase):
         m_hat = m / (1 - b1 ** t.to(mean.dtype))[:, None]
         new_mean = mean + float(self.cfg.lr) * self.lr_scale * m_hat / (fisher + gin + float(self.cfg.damping_ex))
         new = {**state, "mean": new_mean, "m": m, "f": fisher, "t": t, **self._noise_step(state, f, batch.y)}
-        nll = -ll.detach().mean(1)
+        nll = -ll.mean(1)
         return new, {"objective": nll, "nll": nll}
 
     def kl(self, state):
@@ -190,6 +199,12 @@ class NoisyKFAC(_NoisyBase):
     def _flat(self, hom_list):
         return torch.cat([torch.cat([h[..., :-1, :].flatten(-2), h[..., -1, :]], -1) for h in hom_list], -1)
 
+    @property
+    def _inverses_from_covariance(self) -> bool:
+        """Without extrinsic damping and with both refreshed together, the damped inverses of the mean update are
+        the covariance factors': [A^g]^-1 = C_A C_A^T N / lambda, [S^g]^-1 = C_S C_S^T (never formed)."""
+        return float(self.cfg.damping_ex) == 0 and int(self.cfg.T_inv) == int(self.cfg.T_stats)
+
     def _damped(self, state, l, gamma):
         """A^gamma, S^gamma of eq. 13 with pi^2 = (tr A / dim A) / (tr S / dim S)."""
         A, S = state[f"A{l}"], state[f"S{l}"]
@@ -216,16 +231,19 @@ class NoisyKFAC(_NoisyBase):
                 A, S = self._damped(state, l, g_in)
                 state[f"cA{l}"] = _inv_chol_t(A) * torch.sqrt(float(self.cfg.kl_weight) / N)[:, None, None]
                 state[f"cS{l}"] = _inv_chol_t(S)
-            if inverses:
-                if covariance and float(self.cfg.damping_ex) == 0:  # same damped factors: reuse C C^T = X^-1
-                    cA = state[f"cA{l}"] / torch.sqrt(float(self.cfg.kl_weight) / N)[:, None, None]
-                    state[f"iA{l}"] = cA @ cA.transpose(-1, -2)
-                    state[f"iS{l}"] = state[f"cS{l}"] @ state[f"cS{l}"].transpose(-1, -2)
-                else:
-                    A, S = self._damped(state, l, g)
-                    state[f"iA{l}"] = torch.linalg.inv(A)
-                    state[f"iS{l}"] = torch.linalg.inv(S)
+            if inverses and not self._inverses_from_covariance:
+                A, S = self._damped(state, l, g)
+                state[f"iA{l}"] = torch.linalg.inv(A)
+                state[f"iS{l}"] = torch.linalg.inv(S)
         return state
+
+    def _precondition(self, state, l, V):
+        """[A^g]^-1 V [S^g]^-1 for layer ``l`` (the mean update's natural gradient of Alg. 2)."""
+        if not self._inverses_from_covariance:
+            return state[f"iA{l}"] @ V @ state[f"iS{l}"]
+        cA, cS = state[f"cA{l}"], state[f"cS{l}"]
+        N_over_kl = state["n_data"].to(V.dtype)[:, None, None] / float(self.cfg.kl_weight)
+        return cA @ ((cA.transpose(-1, -2) @ V) @ cS) @ cS.transpose(-1, -2) * N_over_kl
 
     def noise(self, state, batch, generator):
         R, S_, B = state["mean"].shape[0], int(self.cfg.train_samples), batch.x.shape[1]
@@ -251,14 +269,9 @@ class NoisyKFAC(_NoisyBase):
         eps, y_noise = noise
         t = state["t"] + 1
         k = int(t[0])
-        hom = [h.requires_grad_(True) for h in self._sample_hom(state, eps)]
-        layers = self._layers_from_hom(hom)
-        with torch.enable_grad():
-            f, acts, zs = forward_cache(self.model, layers, batch.x)
-            ll = self.log_lik(state, f, batch.y).mean(-1)             # [R, S]
-            dz = torch.autograd.grad(ll.sum(), zs, retain_graph=True)    # back-propagated gradients (observed y)
-            ll_s = self.log_lik(state, f, self.sampled_targets(state, f.detach(), y_noise))
-            ds = torch.autograd.grad(ll_s.sum(), zs)                        # per-example Ds (sampled targets)
+        hom = self._sample_hom(state, eps)
+        f, ll, acts, dz, ds = self._backprop_observed_and_sampled(state, self._layers_from_hom(hom), batch.x,
+                                                                 batch.y, y_noise)
         new = dict(state)
         T_stats, T_inv = int(self.cfg.T_stats), int(self.cfg.T_inv)
         g_in, _ = self._gammas(state)
@@ -270,23 +283,23 @@ class NoisyKFAC(_NoisyBase):
         steps = []
         for l, (a, d_y, d_s, W) in enumerate(zip(acts, dz, ds, hom)):
             R, S_, B = a.shape[:3]
-            a1 = torch.cat([a.detach(), torch.ones_like(a[..., :1])], -1).reshape(R, S_ * B, -1)
+            a1 = torch.cat([a, torch.ones_like(a[..., :1])], -1).reshape(R, S_ * B, -1)
             # V = mean_s [grad_W mean_b log p(y|x, W_s)] - gamma_in mean_s W_s, the gradient summed over s and b as
             # one GEMM (sum_{s,b} a_sb dz_sb^T) rather than materialised per sample
-            V = a1.transpose(1, 2) @ d_y.reshape(R, S_ * B, -1) / S_ - g_in[:, None, None] * W.detach().mean(1)
+            V = a1.transpose(1, 2) @ d_y.reshape(R, S_ * B, -1) / S_ - g_in[:, None, None] * W.mean(1)
             if b1 > 0:
                 new[f"mom{l}"] = b1 * state[f"mom{l}"] + (1 - b1) * V
                 V = new[f"mom{l}"] / (1 - b1 ** t.to(V.dtype))[:, None, None]
-            steps.append(state[f"iA{l}"] @ V @ state[f"iS{l}"])
+            steps.append(self._precondition(state, l, V))
             if k % T_stats == 0:
                 d = d_s.reshape(R, S_ * B, -1)
-                new[f"A{l}"] = (1 - beta) * state[f"A{l}"] + beta * (a1.transpose(1, 2) @ a1) / (S_ * B)
-                new[f"S{l}"] = (1 - beta) * state[f"S{l}"] + beta * (d.transpose(1, 2) @ d) / (S_ * B)
+                new[f"A{l}"] = torch.baddbmm(state[f"A{l}"], a1.transpose(1, 2), a1, beta=1 - beta, alpha=beta / (S_ * B))
+                new[f"S{l}"] = torch.baddbmm(state[f"S{l}"], d.transpose(1, 2), d, beta=1 - beta, alpha=beta / (S_ * B))
         new["mean"] = state["mean"] + float(self.cfg.lr) * self.lr_scale * self._flat(steps)
         new["t"] = t
         new.update(self._noise_step(state, f, batch.y))
         new = self._refresh(new, covariance=k % T_stats == 0, inverses=k % T_inv == 0)
-        nll = -ll.detach().mean(1)
+        nll = -ll.mean(1)
         return new, {"objective": nll, "nll": nll}
 
     def kl(self, state):

@@ -14,6 +14,8 @@ import math
 import torch
 
 _ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh}
+# act'(z) from the pre-activation z and the activation h = act(z)
+_ACT_GRADS = {"relu": lambda z, h: (z > 0).to(z.dtype), "tanh": lambda z, h: 1 - h * h}
 
 
 def affine(h: torch.Tensor, W: torch.Tensor, b: torch.Tensor, first: bool = False) -> torch.Tensor:
@@ -35,6 +37,7 @@ class MLP:
         self.sizes = [int(s) for s in sizes]
         self.activation = activation
         self._act = _ACTIVATIONS[activation]
+        self._act_grad = _ACT_GRADS[activation]
         self.slices = []  # (W slice, b slice, d_in, d_out) per layer
         offset = 0
         for d_in, d_out in zip(self.sizes[:-1], self.sizes[1:]):
@@ -44,6 +47,10 @@ class MLP:
             offset += d_out
             self.slices.append((w, b, d_in, d_out))
         self.n_params = offset
+
+    def act_grad(self, z: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """The activation's derivative at ``z``, given ``h = act(z)``."""
+        return self._act_grad(z, h)
 
     @property
     def output_dim(self) -> int:

@@ -1,0 +1,107 @@
+"""The replica axis over worker processes (``workers=W``): each chunk trains exactly as it would alone with its
+seed, the joined result puts every replica back in its place, and a run records ``workers`` and stays
+deterministic."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from bnnbench.cli import compose
+from bnnbench.data import load_dataset
+from bnnbench.engine import DivergenceError
+from bnnbench.protocol import ConfigError, resolve
+from bnnbench.replica_workers import chunks, join_states, split_state
+from bnnbench.run import execute, fit, select_splits
+
+REPO = Path(__file__).resolve().parents[1]
+MIRROR = Path(os.environ.get("BNNBENCH_TEST_MIRROR", REPO.parent / "shared" / "data"))
+needs_data = pytest.mark.skipif(not (MIRROR / "MANIFEST.md").is_file(), reason="needs the data mirror")
+
+TINY = ["protocol.epochs=2", "protocol.splits=[0,1,2]", "protocol.eval_every=1", "progress=false"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def env(module_env):
+    yield
+
+
+def test_chunks_are_contiguous_and_cover_the_replicas():
+    assert chunks(5, 2) == [range(0, 2), range(2, 5)]
+    assert chunks(20, 2) == [range(0, 10), range(10, 20)]
+    assert chunks(2, 4) == [range(0, 1), range(1, 2)]
+    assert chunks(7, 1) == [range(0, 7)]
+
+
+def test_state_split_and_join_round_trip():
+    state = {"mean": torch.arange(10.0).reshape(5, 2), "t": torch.arange(5), "note": "x"}
+    parts = chunks(5, 2)
+    back = join_states([split_state(state, idx, 5) for idx in parts], [len(i) for i in parts])
+    assert torch.equal(back["mean"], state["mean"]) and torch.equal(back["t"], state["t"]) and back["note"] == "x"
+    with pytest.raises(ValueError, match="not on the replica axis"):
+        split_state({"scale": torch.tensor(2.0)}, parts[0], 5)
+
+
+@needs_data
+def test_each_chunk_trains_as_it_would_alone_with_its_seed():
+    ov = ["method=bbb", "data=uci/yacht", *TINY]
+    cfg = compose(ov)
+    ds = load_dataset(cfg.data.name)
+    spec = resolve(cfg, ov, meta=ds.meta)
+    splits = select_splits(ds, [0, 1, 2], spec.split_scheme)
+    pairs = [(s.train, s.test) for s in splits]
+    hps = [dict(spec.fixed, prior_prec=p) for p in (0.5, 1.0, 2.0)]
+    opts = dict(device=torch.device("cpu"), dtype=torch.float32, eval_every=1)
+    joined = fit(spec, ds, pairs, [0, 1, 2], hps, torch.Generator().manual_seed(7), workers=2, **opts)
+    seeds = torch.randint(0, 2 ** 62, (2,), generator=torch.Generator().manual_seed(7)).tolist()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads // 2))  # the workers' thread count: same float reductions
+    try:
+        alone = [fit(spec, ds, pairs[:2], [0, 1], hps[:2], torch.Generator().manual_seed(seeds[0]), **opts),
+                 fit(spec, ds, pairs[2:], [0], hps[2:], torch.Generator().manual_seed(seeds[1]), **opts)]
+    finally:
+        torch.set_num_threads(threads)
+    for k in alone[0].final:
+        assert torch.equal(joined.final[k], torch.cat([a.final[k] for a in alone])), k
+    for k in alone[0].state:
+        if torch.is_tensor(alone[0].state[k]):
+            assert torch.equal(joined.state[k], torch.cat([a.state[k] for a in alone])), k
+    assert joined.history.epochs == [1, 2]
+    assert joined.history.metrics[0]["rmse"] == alone[0].history.metrics[0]["rmse"] + alone[1].history.metrics[0]["rmse"]
+    assert joined.method is not None and joined.steps == alone[0].steps
+
+
+@needs_data
+def test_a_run_with_workers_records_them_and_repeats_its_numbers(tmp_path):
+    ov = ["method=bbb", "data=uci/yacht", *TINY, "workers=2"]
+    a = execute(compose(ov), ov, tmp_path / "a", log=lambda m: None)
+    b = execute(compose(ov), ov, tmp_path / "b", log=lambda m: None)
+    assert a["config"]["workers"] == 2 and a["metrics"] == b["metrics"]
+    assert not list((tmp_path / "a").glob(".checkpoint-*"))
+    one = ["method=bbb", "data=uci/yacht", *TINY]
+    assert execute(compose(one), one, tmp_path / "c", log=lambda m: None)["config_hash"] != a["config_hash"]
+
+
+@needs_data
+def test_divergence_in_a_worker_fails_the_run_naming_replicas_of_the_run(tmp_path):
+    ov = ["method=bbb", "data=uci/yacht", *TINY, "workers=2", "method.lr=1e30"]
+    with pytest.raises(DivergenceError, match=r"replica\(s\) \[0, 1\]"):
+        execute(compose(ov), ov, tmp_path / "run", log=lambda m: None)
+    assert not (tmp_path / "run" / "record.json").exists()
+    assert json.loads((tmp_path / "run" / "failed.json").read_text())["status"] == "failed"
+    cfg = compose(ov)  # a chunk numbers its replicas from its offset in the run
+    ds = load_dataset(cfg.data.name)
+    spec = resolve(cfg, ov, meta=ds.meta)
+    pairs = [(s.train, s.test) for s in select_splits(ds, [0, 1], spec.split_scheme)]
+    with pytest.raises(DivergenceError, match=r"replica\(s\) \[5, 6\]"):
+        fit(spec, ds, pairs, [0, 1], [dict(spec.fixed)] * 2, torch.Generator().manual_seed(0),
+            device=torch.device("cpu"), dtype=torch.float32, replica_offset=5)
+
+
+@pytest.mark.parametrize("bad, msg", [("workers=0", "workers must be"), ("workers=2 device=cuda", "device=cuda")])
+def test_bad_workers_is_a_clear_error(tmp_path, bad, msg):
+    ov = ["method=bbb", "data=uci/yacht", *TINY, *bad.split()]
+    with pytest.raises(ConfigError, match=msg):
+        execute(compose(ov), ov, tmp_path / "run", log=lambda m: None)
