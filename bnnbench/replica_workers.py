@@ -73,9 +73,9 @@ def _fit_chunk(args):
 
 
 def fit_in_workers(spec, ds, pairs, data_index, hparams, generator, *, workers: int, method, **kw) -> TrainResult:
-    """``run.fit`` of the replicas ``data_index`` as ``chunks`` run in ``workers`` spawned processes; ``method`` is the
-    (unused) method object the joined result carries. Chunk c is seeded with the c-th of ``workers`` integers drawn
-    from ``generator``; its checkpoint is ``<checkpoint>-part<c>of<W>.pt``, removed once all chunks have finished."""
+    """``run.fit`` of the replicas ``data_index`` as ``chunks`` run in ``workers`` spawned processes. Chunk c is seeded
+    with the c-th of the integers drawn from ``generator``; its checkpoint is ``<checkpoint>-part<c>of<W>.pt``, removed
+    once all chunks have finished. The joined result carries ``method`` (built by the caller) for posterior metrics."""
     if kw.get("device") is not None and torch.device(kw["device"]).type != "cpu":
         raise ValueError("workers > 1 splits the replica axis over CPU processes; on a GPU use workers=null")
     R = len(data_index)
