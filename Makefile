@@ -36,6 +36,7 @@ bench:  ## performance benchmarks (ratios measured in one run)
 	$(PY) bench/replica_axis.py
 	$(PY) bench/step_ratios.py
 	$(PY) bench/mnist_epoch.py
+	$(PY) bench/uci_run_times.py
 	$(PY) bench/logreg_table1.py
 
 regression:  ## CI: re-run the fast cells at the paper protocol, fail if a reproduced cell moved

@@ -293,8 +293,9 @@ class NoisyKFAC(_NoisyBase):
             steps.append(self._precondition(state, l, V))
             if k % T_stats == 0:
                 d = d_s.reshape(R, S_ * B, -1)
-                new[f"A{l}"] = torch.baddbmm(state[f"A{l}"], a1.transpose(1, 2), a1, beta=1 - beta, alpha=beta / (S_ * B))
-                new[f"S{l}"] = torch.baddbmm(state[f"S{l}"], d.transpose(1, 2), d, beta=1 - beta, alpha=beta / (S_ * B))
+                ema = dict(beta=1 - beta, alpha=beta / (S_ * B))       # (1 - b) X + b E[x x^T], one fused GEMM
+                new[f"A{l}"] = torch.baddbmm(state[f"A{l}"], a1.transpose(1, 2), a1, **ema)
+                new[f"S{l}"] = torch.baddbmm(state[f"S{l}"], d.transpose(1, 2), d, **ema)
         new["mean"] = state["mean"] + float(self.cfg.lr) * self.lr_scale * self._flat(steps)
         new["t"] = t
         new.update(self._noise_step(state, f, batch.y))
