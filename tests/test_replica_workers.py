@@ -86,6 +86,15 @@ def test_a_run_with_workers_records_them_and_repeats_its_numbers(tmp_path):
 
 
 @needs_data
+def test_bayesian_optimisation_rounds_run_in_workers(tmp_path):
+    ov = ["method=bbb", "data=uci/yacht", *TINY, "hpo=bo", "hpo.n_random=2", "hpo.n_iter=1", "hpo.folds=2",
+          "protocol.epochs=1", "workers=2"]
+    rec = execute(compose(ov), ov, tmp_path / "run", log=lambda m: None)
+    assert len(rec["hpo_trace"]) == 3 and all(len(t) == 3 for t in rec["hpo_trace"])  # 2 random + 1 EI per split
+    assert {h["split"] for h in rec["hparams"]} == {"0", "1", "2"}
+
+
+@needs_data
 def test_divergence_in_a_worker_fails_the_run_naming_replicas_of_the_run(tmp_path):
     ov = ["method=bbb", "data=uci/yacht", *TINY, "workers=2", "method.lr=1e30"]
     with pytest.raises(DivergenceError, match=r"replica\(s\) \[0, 1\]"):
