@@ -78,6 +78,24 @@ def test_sampled_weights_have_the_kronecker_covariance_of_eq13(damping_ex):
         assert torch.allclose(method._precondition(state, l, V)[0], torch.linalg.inv(A_g) @ V[0] @ torch.linalg.inv(S_g))
 
 
+def test_a_factor_indefinite_in_floating_point_is_clamped_as_the_authors_code_and_nan_is_not_an_exception():
+    g = torch.Generator().manual_seed(4)
+    model = MLP([2, 3, 1])
+    method = METHODS["noisy_kfac"](OmegaConf.create(KFAC), model, "gaussian")
+    state = method.init(Problem("gaussian", torch.tensor([40, 40]), torch.full((2, model.n_params), 2.0, dtype=DT),
+                                noise_prec=torch.ones(2, dtype=DT), y_scale=torch.ones(2, dtype=DT)), g)
+    Q, _ = torch.linalg.qr(torch.randn(4, 4, generator=g, dtype=DT))
+    A_bad = Q @ torch.diag(torch.tensor([3.0, 1.0, 0.5, -0.4], dtype=DT)) @ Q.T   # below -damping: not PD once damped
+    state["A1"] = torch.stack([A_bad, torch.full((4, 4), float("nan"), dtype=DT)])
+    state = method._refresh(state, covariance=True, inverses=True)
+    A_d, _, floor, _ = method._damped(state, 1, torch.full((2,), 2.0 / 40, dtype=DT))
+    assert floor[0] < 0.4
+    A_clamped = Q @ torch.diag(torch.tensor([3.0, 1.0, 0.5, 0.0], dtype=DT)) @ Q.T + floor[0] * torch.eye(4, dtype=DT)
+    cA = state["cA1"][0] / math.sqrt(1.0 / 40)
+    assert torch.allclose(cA @ cA.T, torch.linalg.inv(A_clamped))
+    assert torch.isnan(state["cA1"][1]).all()
+
+
 def test_kfac_factors_match_the_explicit_fisher_of_a_tiny_network():
     """One example, weights at the mean (negligible posterior noise): A (x) E[S] equals the exact
     Fisher block tau J^T J of each layer; E[S] is estimated with targets sampled from the model."""

@@ -32,9 +32,25 @@ from bnnbench.methods.base import Method, Predictive, Problem, State, hyper_stat
 from bnnbench.metrics import kl_diag_gaussians
 
 
-def _inv_chol_t(X: torch.Tensor) -> torch.Tensor:
-    """``C = L^-T`` with ``X = L L^T``, so that ``C C^T = X^-1``."""
-    L = torch.linalg.cholesky(X)
+def _inv_chol_t(X: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
+    """``C = L^-T`` with ``X = L L^T``, so that ``C C^T = X^-1``, for damped factors ``X = F + floor I``, ``floor [R]``.
+
+    Where ``X`` is not numerically positive definite (in float32, a factor F of large activations with a small
+    damping), F's eigenvalues are clamped at 0 first, i.e. X's at ``floor``, in float64, as the authors' code does at
+    every refresh (protocols/noisy_kfac.md: eigendecompose the damped factors, clamp eigenvalues at the damping).
+    A non-finite X gives a non-finite C, and the engine stops the run as diverged."""
+    L, info = torch.linalg.cholesky_ex(X)
+    bad = info != 0
+    if bad.any():
+        Xb = X[bad].double()
+        ok = torch.isfinite(Xb).all(-1).all(-1)
+        Lb = torch.full_like(Xb, float("nan"))
+        if ok.any():
+            e, V = torch.linalg.eigh(Xb[ok])
+            e = torch.maximum(e, floor[bad][ok].double()[:, None])
+            Lb[ok] = torch.linalg.cholesky((V * e.unsqueeze(-2)) @ V.transpose(-1, -2))
+        L = L.clone()
+        L[bad] = Lb.to(X.dtype)
     eye = torch.eye(X.shape[-1], dtype=X.dtype, device=X.device).expand_as(X)
     return torch.linalg.solve_triangular(L, eye, upper=False).transpose(-1, -2)
 
@@ -206,7 +222,8 @@ class NoisyKFAC(_NoisyBase):
         return float(self.cfg.damping_ex) == 0 and int(self.cfg.T_inv) == int(self.cfg.T_stats)
 
     def _damped(self, state, l, gamma):
-        """A^gamma, S^gamma of eq. 13 with pi^2 = (tr A / dim A) / (tr S / dim S)."""
+        """A^gamma, S^gamma of eq. 13 with pi^2 = (tr A / dim A) / (tr S / dim S), and their dampings
+        pi sqrt(gamma), sqrt(gamma) / pi ``[R]``."""
         A, S = state[f"A{l}"], state[f"S{l}"]
         trA = A.diagonal(dim1=-2, dim2=-1).mean(-1)
         trS = S.diagonal(dim1=-2, dim2=-1).mean(-1)
@@ -214,7 +231,7 @@ class NoisyKFAC(_NoisyBase):
         g = gamma.sqrt()[:, None, None]
         I_A = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
         I_S = torch.eye(S.shape[-1], dtype=S.dtype, device=S.device)
-        return A + pi * g * I_A, S + g / pi * I_S
+        return A + pi * g * I_A, S + g / pi * I_S, (pi * g)[:, 0, 0], (g / pi)[:, 0, 0]
 
     def _gammas(self, state):
         N = state["n_data"].to(state["mean"].dtype)
@@ -228,11 +245,11 @@ class NoisyKFAC(_NoisyBase):
         N = state["n_data"].to(state["mean"].dtype)
         for l in range(len(self.model.slices)):
             if covariance:  # square roots of (lambda/N) [A^g_in]^-1 and [S^g_in]^-1: C = chol(X)^-T (unique)
-                A, S = self._damped(state, l, g_in)
-                state[f"cA{l}"] = _inv_chol_t(A) * torch.sqrt(float(self.cfg.kl_weight) / N)[:, None, None]
-                state[f"cS{l}"] = _inv_chol_t(S)
+                A, S, floor_A, floor_S = self._damped(state, l, g_in)
+                state[f"cA{l}"] = _inv_chol_t(A, floor_A) * torch.sqrt(float(self.cfg.kl_weight) / N)[:, None, None]
+                state[f"cS{l}"] = _inv_chol_t(S, floor_S)
             if inverses and not self._inverses_from_covariance:
-                A, S = self._damped(state, l, g)
+                A, S, _, _ = self._damped(state, l, g)
                 state[f"iA{l}"] = torch.linalg.inv(A)
                 state[f"iS{l}"] = torch.linalg.inv(S)
         return state
