@@ -69,6 +69,7 @@ def _fit_chunk(args):
     from bnnbench.run import fit
     res = fit(spec, ds, pairs, data_index, hparams, torch.Generator().manual_seed(seed), **kw)
     res.method = None
+    res.state = {k: v.detach() if torch.is_tensor(v) else v for k, v in res.state.items()}  # no autograd across
     return res
 
 

@@ -86,6 +86,14 @@ def test_a_run_with_workers_records_them_and_repeats_its_numbers(tmp_path):
 
 
 @needs_data
+@pytest.mark.parametrize("method", ["vogn", "slang", "noisy_kfac"])
+def test_other_methods_run_in_workers(tmp_path, method):
+    ov = [f"method={method}", "data=uci/yacht", *TINY, "protocol.epochs=1", "workers=2"]
+    rec = execute(compose(ov), ov, tmp_path / "run", log=lambda m: None)
+    assert [m["split"] for m in rec["metrics"]] == ["0", "1", "2"]
+
+
+@needs_data
 def test_bayesian_optimisation_rounds_run_in_workers(tmp_path):
     ov = ["method=bbb", "data=uci/yacht", *TINY, "hpo=bo", "hpo.n_random=2", "hpo.n_iter=1", "hpo.folds=2",
           "protocol.epochs=1", "workers=2"]
