@@ -136,15 +136,15 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, *, device, dty
     """Train one batched program: replica r trains on ``pairs[data_index[r]]`` with ``hparams[r]``.
     ``init_state`` continues a trained state (a later stage) with this data's sizes and priors. ``workers > 1``
     trains contiguous chunks of the replicas in that many processes (``replica_workers``)."""
-    kw = dict(device=device, dtype=dtype, eval_every=eval_every, stop_on_divergence=stop_on_divergence,
-              progress=progress, desc=desc, eval_samples=eval_samples, checkpoint=checkpoint,
-              checkpoint_every=checkpoint_every, epochs=epochs, init_state=init_state,
-              eval_samples_final=eval_samples_final)
     method = build_method(spec, ds)
     if workers is not None and int(workers) > 1 and len(data_index) > 1:
         from bnnbench.replica_workers import fit_in_workers
         return fit_in_workers(spec, ds, pairs, list(data_index), hparams, generator, workers=int(workers),
-                              method=method, replica_offset=replica_offset, **kw)
+                              method=method, replica_offset=replica_offset, device=device, dtype=dtype,
+                              eval_every=eval_every, stop_on_divergence=stop_on_divergence, progress=progress,
+                              desc=desc, eval_samples=eval_samples, checkpoint=checkpoint,
+                              checkpoint_every=checkpoint_every, epochs=epochs, init_state=init_state,
+                              eval_samples_final=eval_samples_final)
     data = ReplicaData.build(ds.X, ds.y, pairs, data_index, spec.normalize_x,
                              spec.normalize_y and spec.task == "regression", device=device, dtype=dtype)
     problem = make_problem(spec, method.model, data, hparams)

@@ -107,11 +107,11 @@ class _NoisyBase(Method):
         f_obs, f_smp = f.detach().requires_grad_(True), f.detach().requires_grad_(True)
         with torch.enable_grad():
             ll = self.log_lik(state, f_obs, y).mean(-1)
-            ll_s = self.log_lik(state, f_smp, self.sampled_targets(state, f.detach(), y_noise))
+            ll_s = self.log_lik(state, f_smp, self.sampled_targets(state, f, y_noise))
             g_obs, g_smp = torch.autograd.grad(ll.sum() + ll_s.sum(), [f_obs, f_smp])
         B = x.shape[-2]
         gs = backprop(self.model, layers, acts, zs, torch.cat([g_obs, g_smp], -2))
-        return f.detach(), ll.detach(), acts, [g[..., :B, :] for g in gs], [g[..., B:, :] for g in gs]
+        return f, ll.detach(), acts, [g[..., :B, :] for g in gs], [g[..., B:, :] for g in gs]
 
     def log_lik(self, state, f, y):
         """log p(y | f) ``[R, S, B]``; the Gaussian uses the precision E_q[tau] = a / b."""
