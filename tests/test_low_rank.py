@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from bnnbench.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag,
-                                      logdet_precision, precision_diag_of_cov, top_eigh)
+                                      logdet_precision, nystrom_eig, precision_diag_of_cov, top_eigh)
 from bnnbench.linalg.per_example import (forward_cache, gradient_gram, gradient_t_times, gradient_times,
-                                         materialise)
+                                         layer_factors, materialise)
 from bnnbench.models import MLP
 
 DT = torch.float64
@@ -46,17 +46,32 @@ def test_fast_sample_empirical_covariance():
     assert torch.allclose(torch.cov(z.T), cov, atol=0.02 * cov.diagonal().max().item())
 
 
-def test_fast_eig_matches_eigh():
+@pytest.mark.parametrize("eig", [fast_eig, nystrom_eig])
+def test_randomised_eig_matches_eigh(eig):
     g = torch.Generator().manual_seed(1)
     P, L = 40, 4
     Q, _ = torch.linalg.qr(torch.randn(2, P, P, generator=g, dtype=DT))
     spec = torch.cat([torch.tensor([50.0, 30.0, 20.0, 10.0], dtype=DT), 0.5 ** torch.arange(P - 4, dtype=DT)])
     A = Q @ torch.diag_embed(spec.expand(2, P)) @ Q.transpose(1, 2)
-    e, V = fast_eig(lambda Y: A @ Y, torch.randn(2, P, L + 2, generator=g, dtype=DT), L, n_iter=6)
+    e, V = eig(lambda Y: A @ Y, torch.randn(2, P, L + 2, generator=g, dtype=DT), L, n_iter=6)
     ref_e, ref_V = torch.linalg.eigh(A)
     assert torch.allclose(e, ref_e.flip(-1)[:, :L], rtol=1e-6)
     proj = (V.transpose(1, 2) @ ref_V.flip(-1)[:, :, :L]).abs()  # same subspace, vectors up to sign
     assert torch.allclose(proj.diagonal(dim1=1, dim2=2), torch.ones(2, L, dtype=DT), atol=1e-6)
+
+
+@pytest.mark.parametrize("n_iter", [1, 4])
+def test_nystrom_eig_exact_when_the_rank_fits_the_probes(n_iter):
+    """An operator of rank <= k is recovered exactly by the Nystrom step (one product suffices), whatever n_iter."""
+    g = torch.Generator().manual_seed(3)
+    P, L, k = 30, 2, 4
+    B = torch.randn(2, P, k, generator=g, dtype=DT)
+    A = B @ B.transpose(1, 2)
+    e, V = nystrom_eig(lambda Y: A @ Y, 2 * torch.rand(2, P, k, generator=g, dtype=DT) - 1, L, n_iter=n_iter)
+    ref_e, ref_V = torch.linalg.eigh(A)
+    assert torch.allclose(e, ref_e.flip(-1)[:, :L], rtol=1e-9)
+    proj = (V.transpose(1, 2) @ ref_V.flip(-1)[:, :, :L]).abs()
+    assert torch.allclose(proj.diagonal(dim1=1, dim2=2), torch.ones(2, L, dtype=DT), atol=1e-9)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -94,12 +109,14 @@ def test_low_rank_kl_logdet_and_diag_against_dense():
     assert torch.allclose(kl_low_rank_to_diag(mean, U, d, lam), ref)
 
 
-def test_implicit_gradient_products_match_materialised():
+# [3, 5, 2]: a layer with d_in + 1 < d_out and one with few outputs; [6, 8, 7, 1]: d_in + 1 >= d_out, 7 k >= 16
+@pytest.mark.parametrize("sizes", [[3, 5, 2], [6, 8, 7, 1]])
+def test_implicit_gradient_products_match_materialised(sizes):
     g = torch.Generator().manual_seed(2)
-    model = MLP([3, 5, 2])
+    model = MLP(sizes)
     theta = torch.randn(2, 3, model.n_params, generator=g, dtype=DT)
     layers = [(W.detach().requires_grad_(True), b.detach().requires_grad_(True)) for W, b in model.layers(theta)]
-    x = torch.randn(2, 4, 3, generator=g, dtype=DT)
+    x = torch.randn(2, 4, sizes[0], generator=g, dtype=DT)
     f, acts, zs = forward_cache(model, layers, x)
     gs = torch.autograd.grad((f ** 2).sum() + f.sum(), zs)
     G = materialise(model, acts, gs)  # [R, P, n]
@@ -111,8 +128,9 @@ def test_implicit_gradient_products_match_materialised():
     assert torch.allclose(G[1, :, 2 * 4 + 3], gi)
     V = torch.randn(2, model.n_params, 3, generator=g, dtype=DT)
     W = torch.randn(2, 12, 3, generator=g, dtype=DT)
-    assert torch.allclose(gradient_gram(acts, gs), G.transpose(1, 2) @ G)
-    assert torch.allclose(gradient_t_times(model, acts, gs, V), G.transpose(1, 2) @ V)
-    assert torch.allclose(gradient_times(model, acts, gs, W), G @ W)
+    factors = layer_factors(acts, gs)
+    assert torch.allclose(gradient_gram(factors), G.transpose(1, 2) @ G)
+    assert torch.allclose(gradient_t_times(model, factors, V), G.transpose(1, 2) @ V)
+    assert torch.allclose(gradient_times(model, factors, W), G @ W)
     acc = V.clone()
-    assert gradient_times(model, acts, gs, W, out=acc) is acc and torch.allclose(acc, V + G @ W)
+    assert gradient_times(model, factors, W, out=acc) is acc and torch.allclose(acc, V + G @ W)

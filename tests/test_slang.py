@@ -31,7 +31,8 @@ def _nll(tau):
     return lambda f, y: 0.5 * tau * (y - f[0]) ** 2 - 0.5 * math.log(tau) + 0.5 * math.log(2 * math.pi)
 
 
-@pytest.mark.parametrize("eig, per_example", [("gram", "fast"), ("gram", "materialised"), ("randomized", "fast")])
+@pytest.mark.parametrize("eig, per_example", [("gram", "fast"), ("gram", "materialised"), ("randomized", "fast"),
+                                                ("nystrom", "fast")])
 def test_full_rank_slang_equals_full_gaussian_ef_update(eig, per_example):
     model, method, state, batch, g, (N, tau, lam) = _setup(rank=13, eig=eig, per_example=per_example)
     P = model.n_params
@@ -75,7 +76,8 @@ def test_low_rank_keeps_top_eigenvalues_and_the_exact_diagonal(S):
         assert torch.allclose((U * U).sum(1) + d, full_diag, rtol=1e-8)
 
 
-@pytest.mark.parametrize("rank, eig", [(8, "gram"), (8, "randomized"), (2, "gram"), (2, "randomized")])
+@pytest.mark.parametrize("rank, eig", [(8, "gram"), (8, "randomized"), (8, "nystrom"), (2, "gram"),
+                                       (2, "randomized"), (2, "nystrom")])
 def test_logistic_regression_against_the_dense_ef_update(rank, eig):
     """A linear model with a Bernoulli likelihood, where the S M per-example gradients are collapsed to M columns
     (``collapse_samples``): full rank equals the dense EF update; rank 2 (P = 8 > L + M: the Gram route) keeps the

@@ -1,15 +1,17 @@
 """Low-rank-plus-diagonal Gaussians: precision ``U U^T + diag(d)``, ``U [R, P, L]``, ``d [R, P]``.
 
 ``fast_inverse`` (SLANG Algorithm 2) solves with the precision by the Woodbury identity,
-``fast_sample`` (SLANG Algorithm 3) draws from ``N(0, (U U^T + diag d)^-1)`` in O(P L^2 + L^3), and
-``fast_eig`` is the randomised top-L eigendecomposition of SLANG's ``fast_eig`` for an operator
-given by its matrix products; ``top_eigh`` is the exact top-L eigendecomposition of a small dense
-matrix. All functions are batched over the leading replica axis.
+``fast_sample`` (SLANG Algorithm 3) draws from ``N(0, (U U^T + diag d)^-1)`` in O(P L^2 + L^3),
+``fast_eig`` (Rayleigh-Ritz) and ``nystrom_eig`` (the SLANG code's variant) are randomised top-L
+eigendecompositions, SLANG's ``fast_eig``, of an operator given by its matrix products, and ``top_eigh``
+is the exact top-L eigendecomposition of a small dense matrix. All functions are batched over the
+leading replica axis.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import torch
@@ -93,6 +95,38 @@ def fast_eig(matmul, probes: torch.Tensor, rank: int, n_iter: int = 4) -> tuple[
     T = Q.transpose(-1, -2) @ matmul(Q)
     w, S = torch.linalg.eigh(0.5 * (T + T.transpose(-1, -2)))
     return w.flip(-1)[..., :rank], Q @ S.flip(-1)[..., :rank]
+
+
+def nystrom_eig(matmul, probes: torch.Tensor, rank: int, n_iter: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-``rank`` eigenpairs of a symmetric PSD operator by the randomised eigensolver of SLANG's Python code
+    (``fastpca.eigsh_func``, after fbpca; Halko, Martinsson & Tropp, 2011, Algorithm 5.5): ``n_iter - 1``
+    orthonormalised power steps from ``probes [R, P, k]``, one more step ``Y = A Q`` giving the shift
+    ``nu = 1e-7 sqrt(P) max_j |Y_j| / |Q_j|``, then on ``Q = orth(Y)`` the Nystrom approximation
+
+        A + nu I ~ E (Q^T E)^-1 E^T,   E = (A + nu I) Q,
+
+    whose eigenvalues, less ``nu``, and eigenvectors are returned (top ``rank`` by absolute value, as the code
+    does). ``n_iter + 1`` products with ``A`` (five for the code's ``n_iter = 4``). ``(Q^T E)^-1`` goes through
+    the eigendecomposition of the k x k matrix ``Q^T E`` (the code: its Cholesky factor; the same product)."""
+    Q = probes
+    for _ in range(max(0, n_iter - 1)):
+        Q, _ = torch.linalg.qr(matmul(Q))
+    Y = matmul(Q)
+    P = Q.shape[-2]
+    anorm = (torch.linalg.vector_norm(Y, dim=-2) / torch.linalg.vector_norm(Q, dim=-2)).amax(-1)
+    nu = (1e-7 * math.sqrt(P) * anorm)[:, None, None]
+    Q, _ = torch.linalg.qr(Y)
+    E = matmul(Q) + nu * Q
+    C = Q.transpose(-1, -2) @ E
+    lam, W = torch.linalg.eigh(0.5 * (C + C.transpose(-1, -2)))
+    inv_sqrt = torch.where(lam > 0, lam.clamp_min(torch.finfo(lam.dtype).tiny).rsqrt(), torch.zeros_like(lam))
+    F = (W * inv_sqrt.unsqueeze(-2)).transpose(-1, -2) @ E.transpose(-1, -2)    # [R, k, P], F^T F = E C^-1 E^T
+    s2, V = torch.linalg.eigh(F @ F.transpose(-1, -2))
+    vecs = F.transpose(-1, -2) @ (V * torch.where(s2 > 0, s2.clamp_min(torch.finfo(s2.dtype).tiny).rsqrt(),
+                                                  torch.zeros_like(s2)).unsqueeze(-2))
+    e = s2 - nu[..., 0]
+    order = e.abs().argsort(-1, descending=True)[..., :rank]
+    return e.abs().gather(-1, order), vecs.gather(-1, order.unsqueeze(-2).expand(*vecs.shape[:-1], rank))
 
 
 def precision_diag_of_cov(U: torch.Tensor, d: torch.Tensor) -> torch.Tensor:

@@ -99,49 +99,67 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(t.shape[0], t.shape[1] * t.shape[2], *t.shape[3:])
 
 
-def gradient_gram(acts, gs) -> torch.Tensor:
+def layer_factors(acts, gs) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer ``(a1t [R, d_in + 1, n], g [R, n, d_out])``: the layer inputs with a 1 appended (the bias's
+    input), transposed, and the back-propagated gradients, one column per (sample, example) pair. With the
+    layer's parameters laid out as ``[W; b]`` (``MLP.slices``), example i's gradient is ``a1_i g_i^T``. Built
+    once per step for ``gradient_gram``, ``gradient_t_times`` and ``gradient_times``."""
+    out = []
+    for a, g in zip(acts, gs):
+        a = _flat(a)
+        a1t = a.new_empty(a.shape[0], a.shape[2] + 1, a.shape[1])
+        a1t[:, :-1].copy_(a.transpose(1, 2))
+        a1t[:, -1] = 1
+        out.append((a1t, _flat(g)))
+    return out
+
+
+def gradient_gram(factors) -> torch.Tensor:
     """``G^T G [R, n, n]`` of the per-example gradients without forming them: for a linear layer
     ``<g_i, g_j> = (a_i . a_j + 1)(g_i . g_j)`` (weights and bias), summed over layers."""
     out = 0
-    for a, g in zip(acts, gs):
-        a, g = _flat(a), _flat(g)
-        out = out + (a @ a.transpose(-1, -2) + 1) * (g @ g.transpose(-1, -2))
+    for a1t, g in factors:
+        out = out + (a1t.transpose(1, 2) @ a1t) * (g @ g.transpose(1, 2))
     return out
 
 
-def gradient_t_times(model: MLP, acts, gs, V: torch.Tensor) -> torch.Tensor:
-    """``G^T V [R, n, k]`` for ``V [R, P, k]``: ``<g_i, v> = sum_o g_io (sum_j a_ij V_jo + Vb_o)``.
-
-    The weight part goes through an ``[R, n, min(d_in, d_out), k]`` intermediate: contract the longer
-    of the two layer dimensions first."""
+def gradient_t_times(model: MLP, factors, V: torch.Tensor) -> torch.Tensor:
+    """``G^T V [R, n, k]`` for ``V [R, P, k]``: ``<g_i, v> = sum_jo a1_ij V_jo g_io`` with ``V_jo`` the layer's
+    ``[W; b]`` block of v. Contracts the longer of the two layer dimensions in the GEMM and the shorter
+    elementwise; products are laid out ``[k, n]`` so that the GEMM's output has n columns rather than k."""
+    R, _, k = V.shape
     out = 0
-    for (w, b, d_in, d_out), a, g in zip(model.slices, acts, gs):
-        a, g = _flat(a), _flat(g)
-        Vw = V[:, w].reshape(V.shape[0], d_in, d_out, V.shape[-1])
-        if d_in < d_out:
-            out = out + (torch.einsum("rno,rjok->rnjk", g, Vw) * a.unsqueeze(-1)).sum(-2)
-        else:
-            out = out + (torch.einsum("rnj,rjok->rnok", a, Vw) * g.unsqueeze(-1)).sum(-2)
-        out = out + g @ V[:, b]
-    return out
+    for (w, b, d_in, d_out), (a1t, g) in zip(model.slices, factors):
+        j, n = d_in + 1, g.shape[1]
+        Vl = V[:, w.start:b.stop].reshape(R, j, d_out, k)
+        if j < d_out:   # ([R, j k, o] @ [R, o, n]) * a1 -> sum over j
+            T = (Vl.permute(0, 1, 3, 2).reshape(R, j * k, d_out) @ g.transpose(1, 2)).view(R, j, k, n)
+            out = out + (T * a1t.unsqueeze(2)).sum(1)
+        else:           # ([R, o k, j] @ [R, j, n]) * g -> sum over o
+            T = (Vl.reshape(R, j, d_out * k).transpose(1, 2) @ a1t).view(R, d_out, k, n)
+            out = out + (T * g.transpose(1, 2).unsqueeze(2)).sum(1)
+    return out.transpose(1, 2)
 
 
-def gradient_times(model: MLP, acts, gs, W: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``G W [R, P, k]`` for ``W [R, n, k]``: ``sum_i W_ik a_i^T g_i`` per layer (and ``sum_i W_ik g_i``).
+def gradient_times(model: MLP, factors, W: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``G W [R, P, k]`` for ``W [R, n, k]``: ``sum_i W_ik a1_i g_i^T`` per layer.
     With ``out`` the product is added to it in place (``out += G W``), without a second ``[R, P, k]`` buffer."""
     R, n, k = W.shape
     if out is None:
         out = W.new_zeros(R, model.n_params, k)
-    for (w, b, d_in, d_out), a, g in zip(model.slices, acts, gs):
-        a, g = _flat(a), _flat(g)
-        ow = out[:, w].view(R, d_in, d_out, k)
-        if d_in < d_out:   # [R, n, d_in * k]^T @ g -> [R, d_in, k, d_out]
-            aW = (a.unsqueeze(-1) * W.unsqueeze(-2)).reshape(R, n, d_in * k)
-            ow += (aW.transpose(1, 2) @ g).reshape(R, d_in, k, d_out).transpose(2, 3)
-        else:              # a^T @ [R, n, d_out * k] -> [R, d_in, d_out, k]
-            gW = (g.unsqueeze(-1) * W.unsqueeze(-2)).reshape(R, n, d_out * k)
-            ow += (a.transpose(1, 2) @ gW).reshape(R, d_in, d_out, k)
-        out[:, b] += g.transpose(1, 2) @ W
+    Wt = W.transpose(1, 2).contiguous()
+    for (w, b, d_in, d_out), (a1t, g) in zip(model.slices, factors):
+        j = d_in + 1
+        ol = out[:, w.start:b.stop].view(R, j, d_out, k)
+        if j < d_out:            # [R, j k, n] @ [R, n, o]
+            aW = (a1t.unsqueeze(2) * Wt.unsqueeze(1)).view(R, j * k, n)
+            ol += (aW @ g).view(R, j, k, d_out).transpose(2, 3)
+        elif d_out * k < 16:     # [R, o k, n] @ [R, n, j]: a GEMM with o k output rows, not columns
+            gW = (g.transpose(1, 2).unsqueeze(2) * Wt.unsqueeze(1)).reshape(R, d_out * k, n)
+            ol += (gW @ a1t.transpose(1, 2)).view(R, d_out, k, j).permute(0, 3, 1, 2)
+        else:                    # [R, j, n] @ [R, n, o k]
+            gW = (g.unsqueeze(-1) * W.unsqueeze(-2)).view(R, n, d_out * k)
+            ol += (a1t @ gW).view(R, j, d_out, k)
     return out
 
 

@@ -17,16 +17,18 @@ B = [sqrt(1 - beta) U, sqrt(beta N / MS) G], whose top eigenpairs follow from th
 B^T B = V diag(e) V^T as U = B V_L; G^T G comes from activations and back-propagated gradients
 (``gradient_gram``) and G is never formed. Where P <= L + MS (logistic regression) the P x P matrix
 B B^T is the smaller one and is decomposed directly. ``eig: randomized`` uses the paper's randomised
-``fast_eig`` on the same operator instead.
+``fast_eig`` (Rayleigh-Ritz) on the same operator instead, ``eig: nystrom`` the authors' Python code's
+(``fastpca.eigsh_func``: uniform probes, Nystrom step; ``linalg.low_rank.nystrom_eig``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from bnnbench.linalg.low_rank import fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag, top_eigh
+from bnnbench.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag, nystrom_eig,
+                                      top_eigh)
 from bnnbench.linalg.per_example import (collapse_samples, forward_cache, gradient_gram, gradient_t_times,
-                                         gradient_times, materialise, sum_grads, sum_sq_grads)
+                                         gradient_times, layer_factors, materialise, sum_grads, sum_sq_grads)
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
 from bnnbench.methods.natural import as_leaves
 
@@ -53,10 +55,13 @@ class SLANG(Method):
         R, P = state["mean"].shape
         eps = torch.randn(R, int(self.cfg.train_samples), P, generator=generator, device=state["mean"].device,
                           dtype=state["mean"].dtype)
-        if self.cfg.get("eig", "gram") == "randomized":
-            k = min(P, int(self.cfg.rank) + int(self.cfg.get("oversample", 2)))
-            return eps, torch.randn(R, P, k, generator=generator, device=eps.device, dtype=eps.dtype)
-        return eps, None
+        how = self.cfg.get("eig", "gram")
+        if how == "gram":
+            return eps, None
+        k = min(P, int(self.cfg.rank) + int(self.cfg.get("oversample", 2)))
+        if how == "nystrom":   # the code's probes: uniform on [-1, 1]
+            return eps, 2 * torch.rand(R, P, k, generator=generator, device=eps.device, dtype=eps.dtype) - 1
+        return eps, torch.randn(R, P, k, generator=generator, device=eps.device, dtype=eps.dtype)
 
     def sample(self, state, eps):
         return state["mean"].unsqueeze(1) + fast_sample(state["U"], state["d"], eps)
@@ -116,15 +121,17 @@ class SLANG(Method):
         materialised = self.cfg.get("per_example", "fast") == "materialised"
         if materialised:
             G = materialise(self.model, acts, gs) * c                      # [R, P, n]
+        else:
+            factors = layer_factors(acts, gs)
 
         def Gt(V):
-            return G.transpose(1, 2) @ V if materialised else c * gradient_t_times(self.model, acts, gs, V)
+            return G.transpose(1, 2) @ V if materialised else c * gradient_t_times(self.model, factors, V)
 
         def Gx(W, out=None):
             """``out + G W`` (``out`` updated in place on the fast path)."""
             if materialised:
                 return G @ W if out is None else out + G @ W
-            return gradient_times(self.model, acts, gs, c * W, out=out)
+            return gradient_times(self.model, factors, c * W, out=out)
 
         n = acts[0].shape[1] * acts[0].shape[2]                              # S * M per-example gradients
         if how == "gram" and P <= n + L:  # small models: eigh of the P x P matrix itself is the cheaper exact route
@@ -137,7 +144,7 @@ class SLANG(Method):
         if how == "gram":
             UU = a_U ** 2 * (U.transpose(1, 2) @ U)
             UG = a_U * Gt(U).transpose(1, 2)                               # [R, L, n]
-            GG = G.transpose(1, 2) @ G if materialised else c ** 2 * gradient_gram(acts, gs)
+            GG = G.transpose(1, 2) @ G if materialised else c ** 2 * gradient_gram(factors)
             BtB = torch.cat([torch.cat([UU, UG], 2), torch.cat([UG.transpose(1, 2), GG], 2)], 1)
             e, V = top_eigh(BtB, L)
             V = V * (e > 1e-6).to(U.dtype).unsqueeze(1)                   # drop null directions
@@ -145,13 +152,14 @@ class SLANG(Method):
             if e.shape[-1] < L:  # fewer columns than the rank (tiny problems)
                 U_new = torch.cat([U_new, U_new.new_zeros(R, P, L - e.shape[-1])], -1)
             return U_new
-        if how != "randomized":
-            raise ValueError(f"unknown eig {how!r}; valid: gram, randomized")
+        if how not in ("randomized", "nystrom"):
+            raise ValueError(f"unknown eig {how!r}; valid: gram, randomized, nystrom")
 
         def A(Y):
             return a_U ** 2 * (U @ (U.transpose(1, 2) @ Y)) + Gx(Gt(Y))
 
-        e, V = fast_eig(A, probes, L, n_iter=int(self.cfg.get("n_iter", 4)))
+        eig = fast_eig if how == "randomized" else nystrom_eig
+        e, V = eig(A, probes, L, n_iter=int(self.cfg.get("n_iter", 4)))
         e = torch.where(e > 1e-6, e, torch.zeros_like(e))
         return V * e.sqrt().unsqueeze(1)
 
