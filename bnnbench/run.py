@@ -164,15 +164,15 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
                    resume: Path | None = None, workers: int | None = None):
     """Per-split hyper-parameters chosen on K-fold CV of the training rows (never the test rows).
 
-    Returns ``(hparams per split, trace)``; the trace lists every evaluated candidate and its score.
+    Returns ``(hparams per split, trace, replayed_s)``; the trace lists every evaluated candidate and its score.
     With ``resume`` (a file path), every finished Bayesian-optimisation round is saved there, and a
     restarted selection replays the saved rounds (same proposals, same scores, same generator state)
-    instead of training them again.
+    instead of training them again; ``replayed_s`` is the time those rounds took when they ran.
     """
     hpo = spec.hpo
     names = list(spec.space)
     if hpo["kind"] == "fixed" or not names:
-        return [dict(spec.fixed) for _ in splits], []
+        return [dict(spec.fixed) for _ in splits], [], 0.0
     K = int(hpo.get("folds", 5))
     use = int(hpo.get("use_folds") or K)
     metric = hpo.get("metric", "loglik_joint")
@@ -213,7 +213,7 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
         record([grid] * n_s, mean)
         log(f"grid search: {len(grid)} candidates x {n_f} folds x {n_s} splits in {wall:.1f}s")
         best = mean.argmax(1)
-        return [_hp_dict(names, spec.space, grid[best[i]]) | _keep_fixed(spec, names) for i in range(n_s)], trace
+        return [_hp_dict(names, spec.space, grid[best[i]]) | _keep_fixed(spec, names) for i in range(n_s)], trace, 0.0
 
     if hpo["kind"] != "bo":
         raise ConfigError(f"unknown hpo.kind {hpo['kind']!r}; valid: fixed, grid, bo")
@@ -227,7 +227,7 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
     total = int(hpo["n_random"]) + int(hpo["n_iter"])
     q = int(hpo.get("batch", 1))
     rounds = torch.load(resume, weights_only=False) if resume is not None and Path(resume).exists() else []
-    done, k = 0, 0
+    done, k, replayed_s = 0, 0, 0.0
     while done < total:
         n = min(q if done >= int(hpo["n_random"]) else int(hpo["n_random"]) - done, total - done)
         cands = [o.ask(n) for o in opts]
@@ -235,10 +235,11 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
             if not all(np.allclose(a, b) for a, b in zip(cands, rounds[k]["cands"])):
                 raise ConfigError(f"{resume} does not belong to this configuration; delete it to start afresh")
             mean, wall = rounds[k]["mean"], 0.0
+            replayed_s += rounds[k].get("wall", 0.0)
             gen.set_state(rounds[k]["generator"])
         else:
             mean, wall = evaluate(cands)
-            rounds.append({"cands": cands, "mean": mean, "generator": gen.get_state()})
+            rounds.append({"cands": cands, "mean": mean, "generator": gen.get_state(), "wall": wall})
             if resume is not None:
                 save_checkpoint(resume, rounds)
         record(cands, mean)
@@ -248,7 +249,7 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
         k += 1
         log(f"BO round: {done}/{total} evaluations per split ({n} candidates x {n_f} folds x {n_s} splits, "
             f"{wall:.1f}s{', replayed' if wall == 0.0 else ''}); best mean score {np.mean([o.best[1] for o in opts]):.3f}")
-    return [_hp_dict(names, spec.space, o.best[0]) | _keep_fixed(spec, names) for o in opts], trace
+    return [_hp_dict(names, spec.space, o.best[0]) | _keep_fixed(spec, names) for o in opts], trace, replayed_s
 
 
 def _keep_fixed(spec, names):
@@ -293,12 +294,12 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
         return _execute_exact(spec, ds, splits, base, run_dir, t0, commit)
     if spec.hpo.get("kind") == "recorded":
         hparams = _recorded_hparams(spec, splits)
-        trace = []
+        trace, hpo_replayed_s = [], 0.0
     else:
-        hparams, trace = select_hparams(spec, ds, splits, int(cfg.seed), device=device, dtype=dtype,
+        hparams, trace, hpo_replayed_s = select_hparams(spec, ds, splits, int(cfg.seed), device=device, dtype=dtype,
                                         progress=cfg.get("progress", False), log=log, resume=ck_hpo,
                                         workers=cfg.get("workers"))
-    t_hpo = time.perf_counter() - t0
+    t_hpo = time.perf_counter() - t0 + hpo_replayed_s   # rounds replayed from a checkpoint count with their time
     gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
     pairs = [(s.train, s.test) for s in splits]
     opts = dict(device=device, dtype=dtype, eval_every=spec.eval_every, stop_on_divergence=True,
@@ -328,7 +329,7 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
               "summary": {k: summarise([m[k] for m in per_split]) for k in keys},
               "stderr_convention": STDERR_CONVENTION, "loglik_convention_of_paper": spec.loglik,
               "hparams": [{"split": s.name, **h} for s, h in zip(splits, hparams)], "hpo_trace": trace,
-              "wall_time_s": time.perf_counter() - t0 + res.resumed_s, "hpo_time_s": t_hpo,
+              "wall_time_s": time.perf_counter() - t0 + hpo_replayed_s + res.resumed_s, "hpo_time_s": t_hpo,
               "train_time_s": res.wall_time_s,
               "train_steps": res.steps, "versions": results.versions(), "git_commit": commit,
               **({"stages": stages} if stages else {})}

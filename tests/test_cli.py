@@ -217,6 +217,9 @@ def test_interrupted_bayesian_optimisation_resumes_to_the_same_choice(tmp_path, 
     with pytest.raises(_Interrupt):
         _run(tmp_path / "cut", *ov)
     monkeypatch.setattr(run_mod, "fit", real)
+    ck_file, = (tmp_path / "cut" / "run").glob(".hpo-*.pt")
+    rounds = torch.load(ck_file, weights_only=False)
+    torch.save([{**r, "wall": 500.0} for r in rounds], ck_file)   # as if each finished round had taken 500 s
     calls["n"] = 0
     counting = lambda *a, **k: (calls.__setitem__("n", calls["n"] + 1), real(*a, **k))[1]  # noqa: E731
     monkeypatch.setattr(run_mod, "fit", counting)
@@ -224,6 +227,7 @@ def test_interrupted_bayesian_optimisation_resumes_to_the_same_choice(tmp_path, 
     assert calls["n"] == 2  # the last BO round and the final training; the first two rounds were replayed
     assert resumed["hparams"] == ref["hparams"] and resumed["hpo_trace"] == ref["hpo_trace"]
     assert resumed["metrics"] == ref["metrics"]
+    assert resumed["wall_time_s"] >= resumed["hpo_time_s"] >= 1000  # the replayed rounds' time counts
 
 
 def test_reproduce_refuses_an_unknown_option(capsys):
