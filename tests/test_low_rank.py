@@ -109,8 +109,9 @@ def test_low_rank_kl_logdet_and_diag_against_dense():
     assert torch.allclose(kl_low_rank_to_diag(mean, U, d, lam), ref)
 
 
-# [3, 5, 2]: a layer with d_in + 1 < d_out and one with few outputs; [6, 8, 7, 1]: d_in + 1 >= d_out, 7 k >= 16
-@pytest.mark.parametrize("sizes", [[3, 5, 2], [6, 8, 7, 1]])
+# [3, 5, 2]: a layer with d_in + 1 < d_out and one with few outputs; [6, 8, 7, 1]: d_in + 1 >= d_out, 7 k >= 16;
+# [9, 4, 3]: a first layer with d_in + 1 >= d_out, whose input the samples share
+@pytest.mark.parametrize("sizes", [[3, 5, 2], [6, 8, 7, 1], [9, 4, 3]])
 def test_implicit_gradient_products_match_materialised(sizes):
     g = torch.Generator().manual_seed(2)
     model = MLP(sizes)

@@ -100,12 +100,16 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
 
 
 def layer_factors(acts, gs) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per layer ``(a1t [R, d_in + 1, n], g [R, n, d_out])``: the layer inputs with a 1 appended (the bias's
-    input), transposed, and the back-propagated gradients, one column per (sample, example) pair. With the
-    layer's parameters laid out as ``[W; b]`` (``MLP.slices``), example i's gradient is ``a1_i g_i^T``. Built
-    once per step for ``gradient_gram``, ``gradient_t_times`` and ``gradient_times``."""
+    """Per layer ``(a1t, g [R, n, d_out])``: the layer inputs with a 1 appended (the bias's input), transposed, and
+    the back-propagated gradients, one row per (sample, example) pair, n = S M. With the layer's parameters laid out
+    as ``[W; b]`` (``MLP.slices``), example i's gradient is ``a1_i g_i^T``. ``a1t`` is ``[R, d_in + 1, n]``, or
+    ``[R, d_in + 1, M]`` where the S samples share the layer's input (the first layer: ``forward_cache`` expands the
+    data over samples), which lets the products below contract over the samples before the examples. Built once
+    per step for ``gradient_gram``, ``gradient_t_times`` and ``gradient_times``."""
     out = []
     for a, g in zip(acts, gs):
+        if a.shape[1] > 1 and a.stride(1) == 0:
+            a = a[:, :1]
         a = _flat(a)
         a1t = a.new_empty(a.shape[0], a.shape[2] + 1, a.shape[1])
         a1t[:, :-1].copy_(a.transpose(1, 2))
@@ -114,27 +118,41 @@ def layer_factors(acts, gs) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
+def _per_sample_inputs(a1t: torch.Tensor, n: int) -> torch.Tensor:
+    """``a1t [R, j, M]`` shared by S = n / M samples -> ``[R, j, n]``."""
+    R, j, M = a1t.shape
+    return a1t if M == n else a1t.unsqueeze(2).expand(R, j, n // M, M).reshape(R, j, n)
+
+
 def gradient_gram(factors) -> torch.Tensor:
     """``G^T G [R, n, n]`` of the per-example gradients without forming them: for a linear layer
     ``<g_i, g_j> = (a_i . a_j + 1)(g_i . g_j)`` (weights and bias), summed over layers."""
     out = 0
     for a1t, g in factors:
-        out = out + (a1t.transpose(1, 2) @ a1t) * (g @ g.transpose(1, 2))
+        K = a1t.transpose(1, 2) @ a1t
+        S = g.shape[1] // a1t.shape[2]
+        out = out + (K.repeat(1, S, S) if S > 1 else K) * (g @ g.transpose(1, 2))
     return out
 
 
 def gradient_t_times(model: MLP, factors, V: torch.Tensor) -> torch.Tensor:
     """``G^T V [R, n, k]`` for ``V [R, P, k]``: ``<g_i, v> = sum_jo a1_ij V_jo g_io`` with ``V_jo`` the layer's
     ``[W; b]`` block of v. Contracts the longer of the two layer dimensions in the GEMM and the shorter
-    elementwise; products are laid out ``[k, n]`` so that the GEMM's output has n columns rather than k."""
+    elementwise; products are laid out ``[k, n]`` so that the GEMM's output has n columns rather than k. Where
+    the S samples share the inputs, ``a1^T V`` is formed once per example (M rows, not S M)."""
     R, _, k = V.shape
     out = 0
     for (w, b, d_in, d_out), (a1t, g) in zip(model.slices, factors):
-        j, n = d_in + 1, g.shape[1]
+        j, n, M = d_in + 1, g.shape[1], a1t.shape[2]
         Vl = V[:, w.start:b.stop].reshape(R, j, d_out, k)
         if j < d_out:   # ([R, j k, o] @ [R, o, n]) * a1 -> sum over j
             T = (Vl.permute(0, 1, 3, 2).reshape(R, j * k, d_out) @ g.transpose(1, 2)).view(R, j, k, n)
-            out = out + (T * a1t.unsqueeze(2)).sum(1)
+            out = out + (T * _per_sample_inputs(a1t, n).unsqueeze(2)).sum(1)
+        elif M < n:     # [R, M, j] @ [R, j, o k], then per example [S, o] @ [o, k]
+            S = n // M
+            T = (a1t.transpose(1, 2) @ Vl.reshape(R, j, d_out * k)).view(R * M, d_out, k)
+            gi = g.view(R, S, M, d_out).transpose(1, 2).reshape(R * M, S, d_out)
+            out = out + (gi @ T).view(R, M, S, k).permute(0, 3, 2, 1).reshape(R, k, n)
         else:           # ([R, o k, j] @ [R, j, n]) * g -> sum over o
             T = (Vl.reshape(R, j, d_out * k).transpose(1, 2) @ a1t).view(R, d_out, k, n)
             out = out + (T * g.transpose(1, 2).unsqueeze(2)).sum(1)
@@ -142,18 +160,24 @@ def gradient_t_times(model: MLP, factors, V: torch.Tensor) -> torch.Tensor:
 
 
 def gradient_times(model: MLP, factors, W: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``G W [R, P, k]`` for ``W [R, n, k]``: ``sum_i W_ik a1_i g_i^T`` per layer.
+    """``G W [R, P, k]`` for ``W [R, n, k]``: ``sum_i W_ik a1_i g_i^T`` per layer. Where the S samples share the
+    inputs, ``sum_s W_sk g_s`` is formed per example first (a GEMM over M examples, not S M).
     With ``out`` the product is added to it in place (``out += G W``), without a second ``[R, P, k]`` buffer."""
     R, n, k = W.shape
     if out is None:
         out = W.new_zeros(R, model.n_params, k)
     Wt = W.transpose(1, 2).contiguous()
     for (w, b, d_in, d_out), (a1t, g) in zip(model.slices, factors):
-        j = d_in + 1
+        j, M = d_in + 1, a1t.shape[2]
         ol = out[:, w.start:b.stop].view(R, j, d_out, k)
         if j < d_out:            # [R, j k, n] @ [R, n, o]
-            aW = (a1t.unsqueeze(2) * Wt.unsqueeze(1)).view(R, j * k, n)
+            aW = (_per_sample_inputs(a1t, n).unsqueeze(2) * Wt.unsqueeze(1)).view(R, j * k, n)
             ol += (aW @ g).view(R, j, k, d_out).transpose(2, 3)
+        elif M < n:              # per example [o, S] @ [S, k], then [R, j, M] @ [R, M, o k]
+            S = n // M
+            gi = g.view(R, S, M, d_out).permute(0, 2, 3, 1).reshape(R * M, d_out, S)
+            Wi = W.view(R, S, M, k).transpose(1, 2).reshape(R * M, S, k)
+            ol += (a1t @ (gi @ Wi).view(R, M, d_out * k)).view(R, j, d_out, k)
         elif d_out * k < 16:     # [R, o k, n] @ [R, n, j]: a GEMM with o k output rows, not columns
             gW = (g.transpose(1, 2).unsqueeze(2) * Wt.unsqueeze(1)).reshape(R, d_out * k, n)
             ol += (gW @ a1t.transpose(1, 2)).view(R, d_out, k, j).permute(0, 3, 1, 2)
