@@ -1,12 +1,10 @@
 """Shared test fixtures."""
 
 import os
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-MIRROR = Path(os.environ.get("BNNBENCH_TEST_MIRROR", REPO.parent / "shared" / "data"))
+from datapaths import MIRROR
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,6 @@ resolves to the configuration stored in the record, so ``bnnbench reproduce`` / 
 them instead of re-running hours of training (a changed default in a method's config would re-run every cell)."""
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
@@ -12,9 +10,9 @@ from bnnbench import results
 from bnnbench.cli import compose
 from bnnbench.run import resolve_run
 
-REPO = Path(__file__).resolve().parents[1]
+from datapaths import MIRROR, REPO
+
 RECORDS = sorted((REPO / "results" / "runs").glob("*/*/*/record.json"))
-MIRROR = Path(os.environ.get("BNNBENCH_TEST_MIRROR", REPO.parent / "shared" / "data"))   # as conftest.py
 
 
 @pytest.fixture(scope="module")

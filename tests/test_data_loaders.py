@@ -5,7 +5,6 @@ import collections
 import gzip
 import hashlib
 import io
-import os
 import pickle
 import tarfile
 import time
@@ -17,8 +16,8 @@ import pytest
 import bnnbench.data as bd
 from bnnbench.data import DataError, Dataset, Split, registry, store
 
-REPO = Path(__file__).resolve().parents[1]
-MIRROR = Path(os.environ.get("BNNBENCH_TEST_MIRROR", REPO.parent / "shared" / "data"))
+from datapaths import MIRROR
+
 HAVE_MIRROR = (MIRROR / "MANIFEST.md").is_file()
 
 
@@ -27,7 +26,7 @@ def mirror_data_cache(tmp_path_factory):
     """One cache for the module (each dataset is converted once), the shared mirror as
     source, downloads disabled."""
     if not HAVE_MIRROR:
-        pytest.skip(f"raw-data mirror not found at {MIRROR} (set BNNBENCH_TEST_MIRROR)")
+        pytest.skip(f"raw-data mirror not found at {MIRROR} (set BNNBENCH_MIRROR or BNNBENCH_TEST_MIRROR)")
     cache = tmp_path_factory.mktemp("bnnbench_cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BNNBENCH_CACHE", str(cache))

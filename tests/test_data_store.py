@@ -5,7 +5,6 @@ import hashlib
 import importlib
 import importlib.util
 import io
-import os
 import shutil
 import sys
 import tarfile
@@ -19,10 +18,10 @@ import bnnbench.data as bd
 from bnnbench.data import registry, store
 from bnnbench.data.errors import ChecksumError, DataError, DataMissingError, UnknownDatasetError
 
-REPO = Path(__file__).resolve().parents[1]
-MIRROR = Path(os.environ.get("BNNBENCH_TEST_MIRROR", REPO.parent / "shared" / "data"))
+from datapaths import MIRROR, REPO
+
 needs_mirror = pytest.mark.skipif(not (MIRROR / "MANIFEST.md").is_file(),
-                                  reason=f"raw-data mirror not found at {MIRROR} (set BNNBENCH_TEST_MIRROR)")
+                                  reason=f"raw-data mirror not found at {MIRROR} (set BNNBENCH_MIRROR or BNNBENCH_TEST_MIRROR)")
 
 EXPECTED_DATASETS = [
     "uci/boston", "uci/concrete", "uci/energy", "uci/kin8nm", "uci/naval", "uci/power",

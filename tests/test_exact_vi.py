@@ -6,7 +6,6 @@ central finite differences, torch.distributions KL, and the natural-gradient fix
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from scipy.special import expit, log_expit
 
 from bnnbench import exact_vi as ev
 
-MIRROR = Path("/work/shared/data")
+from datapaths import MIRROR
 
 
 # ------------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ examples, each method's Gaussian q against its own sampler, the parameter order 
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +17,9 @@ from bnnbench.methods import METHODS, Batch, Problem
 from bnnbench.models import MLP
 from bnnbench.run import execute
 
+from datapaths import MIRROR
+
 DT = torch.float64
-REPO = Path(__file__).resolve().parents[1]
-MIRROR = Path(os.environ.get("BNNBENCH_TEST_MIRROR", REPO.parent / "shared" / "data"))
 
 
 def _bernoulli_nll(f, y):

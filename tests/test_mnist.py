@@ -3,16 +3,14 @@
 stages resuming to the same record as an uninterrupted one."""
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from bnnbench.cli import compose, main
 from bnnbench.run import execute
 
-REPO = Path(__file__).resolve().parents[1]
-MIRROR = Path(os.environ.get("BNNBENCH_TEST_MIRROR", REPO.parent / "shared" / "data"))
+from datapaths import MIRROR
+
 needs_mirror = pytest.mark.skipif(not (MIRROR / "mnist").is_dir(), reason="needs the data mirror with MNIST")
 
 # a small network on 400 / 300 images, two short stages: the schedule, not the accuracy

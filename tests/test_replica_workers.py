@@ -3,8 +3,6 @@ seed, the joined result puts every replica back in its place, and a run records 
 deterministic."""
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,8 +14,8 @@ from bnnbench.protocol import ConfigError, resolve
 from bnnbench.replica_workers import chunks, join_states, split_state
 from bnnbench.run import execute, fit, select_splits
 
-REPO = Path(__file__).resolve().parents[1]
-MIRROR = Path(os.environ.get("BNNBENCH_TEST_MIRROR", REPO.parent / "shared" / "data"))
+from datapaths import MIRROR
+
 needs_data = pytest.mark.skipif(not (MIRROR / "MANIFEST.md").is_file(), reason="needs the data mirror")
 
 TINY = ["protocol.epochs=2", "protocol.splits=[0,1,2]", "protocol.eval_every=1", "progress=false"]
