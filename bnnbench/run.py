@@ -296,9 +296,9 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
         hparams = _recorded_hparams(spec, splits)
         trace, hpo_replayed_s = [], 0.0
     else:
-        hparams, trace, hpo_replayed_s = select_hparams(spec, ds, splits, int(cfg.seed), device=device, dtype=dtype,
-                                        progress=cfg.get("progress", False), log=log, resume=ck_hpo,
-                                        workers=cfg.get("workers"))
+        hparams, trace, hpo_replayed_s = select_hparams(
+            spec, ds, splits, int(cfg.seed), device=device, dtype=dtype, progress=cfg.get("progress", False), log=log,
+            resume=ck_hpo, workers=cfg.get("workers"))
     t_hpo = time.perf_counter() - t0 + hpo_replayed_s   # rounds replayed from a checkpoint count with their time
     gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
     pairs = [(s.train, s.test) for s in splits]
