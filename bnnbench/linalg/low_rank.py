@@ -97,6 +97,11 @@ def fast_eig(matmul, probes: torch.Tensor, rank: int, n_iter: int = 4) -> tuple[
     return w.flip(-1)[..., :rank], Q @ S.flip(-1)[..., :rank]
 
 
+def _rsqrt_or_zero(x: torch.Tensor) -> torch.Tensor:
+    """``x^-1/2`` where ``x > 0``, else 0 (a pseudo-inverse square root of eigenvalues)."""
+    return torch.where(x > 0, x.clamp_min(torch.finfo(x.dtype).tiny).rsqrt(), torch.zeros_like(x))
+
+
 def nystrom_eig(matmul, probes: torch.Tensor, rank: int, n_iter: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-``rank`` eigenpairs of a symmetric PSD operator by the randomised eigensolver of SLANG's Python code
     (``fastpca.eigsh_func``, after fbpca; Halko, Martinsson & Tropp, 2011, Algorithm 5.5): ``n_iter - 1``
@@ -119,11 +124,9 @@ def nystrom_eig(matmul, probes: torch.Tensor, rank: int, n_iter: int = 4) -> tup
     E = matmul(Q) + nu * Q
     C = Q.transpose(-1, -2) @ E
     lam, W = torch.linalg.eigh(0.5 * (C + C.transpose(-1, -2)))
-    inv_sqrt = torch.where(lam > 0, lam.clamp_min(torch.finfo(lam.dtype).tiny).rsqrt(), torch.zeros_like(lam))
-    F = (W * inv_sqrt.unsqueeze(-2)).transpose(-1, -2) @ E.transpose(-1, -2)    # [R, k, P], F^T F = E C^-1 E^T
+    F = (W * _rsqrt_or_zero(lam).unsqueeze(-2)).transpose(-1, -2) @ E.transpose(-1, -2)  # [R, k, P], F^T F = E C^-1 E^T
     s2, V = torch.linalg.eigh(F @ F.transpose(-1, -2))
-    vecs = F.transpose(-1, -2) @ (V * torch.where(s2 > 0, s2.clamp_min(torch.finfo(s2.dtype).tiny).rsqrt(),
-                                                  torch.zeros_like(s2)).unsqueeze(-2))
+    vecs = F.transpose(-1, -2) @ (V * _rsqrt_or_zero(s2).unsqueeze(-2))
     e = s2 - nu[..., 0]
     order = e.abs().argsort(-1, descending=True)[..., :rank]
     return e.abs().gather(-1, order), vecs.gather(-1, order.unsqueeze(-2).expand(*vecs.shape[:-1], rank))

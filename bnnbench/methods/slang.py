@@ -119,9 +119,11 @@ class SLANG(Method):
         a_U = torch.sqrt(1 - beta)[:, :, None]
         how = self.cfg.get("eig", "gram")
         materialised = self.cfg.get("per_example", "fast") == "materialised"
+        n = acts[0].shape[1] * acts[0].shape[2]                              # S * M per-example gradients
+        dense = how == "gram" and P <= n + L  # small models: eigh of the P x P matrix itself is the cheaper exact route
         if materialised:
             G = materialise(self.model, acts, gs) * c                      # [R, P, n]
-        else:
+        elif not dense:
             factors = layer_factors(acts, gs)
 
         def Gt(V):
@@ -133,8 +135,7 @@ class SLANG(Method):
                 return G @ W if out is None else out + G @ W
             return gradient_times(self.model, factors, c * W, out=out)
 
-        n = acts[0].shape[1] * acts[0].shape[2]                              # S * M per-example gradients
-        if how == "gram" and P <= n + L:  # small models: eigh of the P x P matrix itself is the cheaper exact route
+        if dense:
             G = G if materialised else materialise(self.model, acts, gs) * c
             A = (a_U ** 2 * (U @ U.transpose(1, 2)) + G @ G.transpose(1, 2)).double()
             # float64: in float32, LAPACK's eigh fails to converge on a1a's many exactly zero eigenvalues
