@@ -104,11 +104,11 @@ def layer_factors(acts, gs) -> list[tuple[torch.Tensor, torch.Tensor]]:
     the back-propagated gradients, one row per (sample, example) pair, n = S M. With the layer's parameters laid out
     as ``[W; b]`` (``MLP.slices``), example i's gradient is ``a1_i g_i^T``. ``a1t`` is ``[R, d_in + 1, n]``, or
     ``[R, d_in + 1, M]`` where the S samples share the layer's input (the first layer: ``forward_cache`` expands the
-    data over samples) and d_in + 1 >= d_out, which lets the products below contract over the samples before the
-    examples. Built once per step for ``gradient_gram``, ``gradient_t_times`` and ``gradient_times``."""
+    data over samples), which lets the products below contract over the samples before the examples. Built once
+    per step for ``gradient_gram``, ``gradient_t_times`` and ``gradient_times``."""
     out = []
     for a, g in zip(acts, gs):
-        if a.shape[1] > 1 and a.stride(1) == 0 and a.shape[-1] + 1 >= g.shape[-1]:
+        if a.shape[1] > 1 and a.stride(1) == 0:
             a = a[:, :1]
         a = _flat(a)
         a1t = a.new_empty(a.shape[0], a.shape[2] + 1, a.shape[1])
@@ -116,6 +116,12 @@ def layer_factors(acts, gs) -> list[tuple[torch.Tensor, torch.Tensor]]:
         a1t[:, -1] = 1
         out.append((a1t, _flat(g)))
     return out
+
+
+def _per_sample_inputs(a1t: torch.Tensor, n: int) -> torch.Tensor:
+    """``a1t [R, j, M]`` shared by S = n / M samples -> ``[R, j, n]``."""
+    R, j, M = a1t.shape
+    return a1t if M == n else a1t.unsqueeze(2).expand(R, j, n // M, M).reshape(R, j, n)
 
 
 def gradient_gram(factors) -> torch.Tensor:
@@ -141,7 +147,7 @@ def gradient_t_times(model: MLP, factors, V: torch.Tensor) -> torch.Tensor:
         Vl = V[:, w.start:b.stop].reshape(R, j, d_out, k)
         if j < d_out:   # ([R, j k, o] @ [R, o, n]) * a1 -> sum over j
             T = (Vl.permute(0, 1, 3, 2).reshape(R, j * k, d_out) @ g.transpose(1, 2)).view(R, j, k, n)
-            out = out + (T * a1t.unsqueeze(2)).sum(1)
+            out = out + (T * _per_sample_inputs(a1t, n).unsqueeze(2)).sum(1)
         elif M < n:     # [R, M, j] @ [R, j, o k], then per example [S, o] @ [o, k]
             S = n // M
             T = (a1t.transpose(1, 2) @ Vl.reshape(R, j, d_out * k)).view(R * M, d_out, k)
@@ -165,7 +171,7 @@ def gradient_times(model: MLP, factors, W: torch.Tensor, out: torch.Tensor | Non
         j, M = d_in + 1, a1t.shape[2]
         ol = out[:, w.start:b.stop].view(R, j, d_out, k)
         if j < d_out:            # [R, j k, n] @ [R, n, o]
-            aW = (a1t.unsqueeze(2) * Wt.unsqueeze(1)).view(R, j * k, n)
+            aW = (_per_sample_inputs(a1t, n).unsqueeze(2) * Wt.unsqueeze(1)).view(R, j * k, n)
             ol += (aW @ g).view(R, j, k, d_out).transpose(2, 3)
         elif M < n:              # per example [o, S] @ [S, k], then [R, j, M] @ [R, M, o k]
             S = n // M
