@@ -66,6 +66,7 @@ def part_path(checkpoint: Path | None, c: int, w: int) -> Path | None:
 def _fit_chunk(args):
     spec, ds, pairs, data_index, hparams, seed, threads, kw = args
     torch.set_num_threads(threads)
+    torch.manual_seed(seed)  # the global generator too, as ``run.execute`` seeds it (q(tau)'s samples draw from it)
     from bnnbench.run import fit
     res = fit(spec, ds, pairs, data_index, hparams, torch.Generator().manual_seed(seed), **kw)
     res.method = None

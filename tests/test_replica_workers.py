@@ -73,13 +73,16 @@ def test_each_chunk_trains_as_it_would_alone_with_its_seed():
 
 
 @needs_data
-def test_a_run_with_workers_records_them_and_repeats_its_numbers(tmp_path):
-    ov = ["method=bbb", "data=uci/yacht", *TINY, "workers=2"]
+@pytest.mark.parametrize("setting", [["method=bbb"],
+                                     ["method=noisy_adam", "protocol=nng_uci", "protocol.splits=[r0,r1,r2]"]])
+def test_a_run_with_workers_records_them_and_repeats_its_numbers(tmp_path, setting):
+    # noisy Adam at nng_uci learns q(tau), and its predictions sample tau from it
+    ov = ["data=uci/yacht", *TINY, *setting, "workers=2"]
     a = execute(compose(ov), ov, tmp_path / "a", log=lambda m: None)
     b = execute(compose(ov), ov, tmp_path / "b", log=lambda m: None)
     assert a["config"]["workers"] == 2 and a["metrics"] == b["metrics"]
     assert not list((tmp_path / "a").glob(".checkpoint-*"))
-    one = ["method=bbb", "data=uci/yacht", *TINY]
+    one = ["data=uci/yacht", *TINY, *setting]
     assert execute(compose(one), one, tmp_path / "c", log=lambda m: None)["config_hash"] != a["config_hash"]
 
 
