@@ -1,6 +1,7 @@
 """Likelihoods p(y | f) evaluated for outputs ``f [R, S, B, d_out]`` and targets ``y [R, B]``.
 
-Each returns per-(replica, sample, example) log densities ``[R, S, B]``; parameters that vary by
+Each returns per-(replica, sample, example) log densities ``[R, S, B]`` (``log_prob``) and their gradients in f,
+``[R, S, B, d_out]`` (``grad_f``, closed forms: no autograd graph in a training step); parameters that vary by
 replica (the Gaussian noise precision) carry a leading ``[R]`` axis. Targets are ``[R, B]`` (shared by
 the samples) or ``[R, S, B]`` (one per sample, e.g. targets drawn from the model for a Fisher).
 """
@@ -34,6 +35,12 @@ class Gaussian:
         r = _per_sample(y, f) - f[..., 0]
         return 0.5 * torch.log(tau) - 0.5 * LOG_2PI - 0.5 * tau * r * r
 
+    def grad_f(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """d log p / d f = tau (y - f), ``[R, S, B, 1]``."""
+        tau = self.noise_prec
+        tau = tau.reshape(*tau.shape, *([1] * (4 - tau.dim())))
+        return tau * (_per_sample(y, f).unsqueeze(-1) - f)
+
 
 class Bernoulli:
     """log p(y | f) = y log sigmoid(f) + (1 - y) log sigmoid(-f), labels y in {0, 1}."""
@@ -43,6 +50,10 @@ class Bernoulli:
     def log_prob(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return -F.binary_cross_entropy_with_logits(
             f[..., 0], _per_sample(y, f).to(f.dtype).expand_as(f[..., 0]), reduction="none")
+
+    def grad_f(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """d log p / d f = y - sigmoid(f), ``[R, S, B, 1]``."""
+        return _per_sample(y, f).to(f.dtype).unsqueeze(-1) - torch.sigmoid(f)
 
 
 class Categorical:
@@ -54,3 +65,8 @@ class Categorical:
         logp = torch.log_softmax(f, dim=-1)
         idx = _per_sample(y.long(), f).expand(f.shape[:-1]).unsqueeze(-1)
         return logp.gather(-1, idx)[..., 0]
+
+    def grad_f(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """d log p / d f = onehot(y) - softmax(f), ``[R, S, B, K]``."""
+        idx = _per_sample(y.long(), f).expand(f.shape[:-1]).unsqueeze(-1)
+        return (-torch.softmax(f, dim=-1)).scatter_add_(-1, idx, torch.ones_like(f[..., :1]))

@@ -39,7 +39,7 @@ def test_gamma_noise_gradient_matches_autograd_of_the_objective():
     ell = 0.5 * (torch.digamma(a) - torch.log(b) - a / b * r2 - math.log(2 * math.pi))
     obj = -ell + torch.distributions.kl_divergence(torch.distributions.Gamma(a, b), torch.distributions.Gamma(a0, b0)) / n
     (ref,) = torch.autograd.grad(obj.sum(), [z])
-    assert torch.allclose(gamma_noise.objective_grad(a.detach(), b.detach(), r2, a0, b0, n), ref)
+    assert torch.allclose(gamma_noise.objective_grad(a.detach(), b.detach(), r2, a0, b0, n), ref, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("damping_ex", [0.0, 0.3])
@@ -325,3 +325,33 @@ def test_learn_noise_without_its_prior_is_a_clear_error():
     with pytest.raises(ConfigError, match="method.noise_prior_rate, method.noise_lr"):
         gamma_noise.learns_noise(cfg, "gaussian")
     assert not gamma_noise.learns_noise(OmegaConf.create(dict(learn_noise=None)), "gaussian")
+
+
+@pytest.mark.parametrize("name", ["noisy_adam", "noisy_kfac"])
+def test_sampled_target_cotangents_are_the_likelihood_gradient_and_update_runs_without_autograd(name):
+    """The Gaussian's sampled-target cotangent sqrt(tau) eps equals d log N(y~ | f, 1/tau) / df at y~ = f + eps /
+    sqrt(tau); ``update`` (inference mode: no autograd graph) gives the same state as ``step`` with grad mode on."""
+    from bnnbench.likelihoods import Gaussian
+
+    g = torch.Generator().manual_seed(5)
+    model = MLP([3, 4, 1])
+    method = METHODS[name](OmegaConf.create(KFAC if name == "noisy_kfac" else ADAM), model, "gaussian")
+    state = method.init(_problem(model), g)
+    x, y = torch.randn(1, 6, 3, generator=g, dtype=DT), torch.randn(1, 6, generator=g, dtype=DT)
+    batch = Batch(x, y, torch.tensor([40]))
+    noise = method.noise(state, batch, g)
+    layers = (method._layers_from_hom(method._sample_hom(state, noise[0])) if name == "noisy_kfac"
+              else model.sampled_layers(state["mean"], method.std(state), noise[0]))
+    f, _, _, _, ds = method._backprop_observed_and_sampled(state, layers, x, y, noise[1])
+    y_smp = method.sampled_targets(state, f, noise[1])
+    assert torch.allclose(ds[-1], Gaussian(state["noise_prec"]).grad_f(f, y_smp), rtol=1e-10, atol=1e-12)
+
+    g_state = g.get_state()
+    with torch.enable_grad():
+        ref, _ = method.step(state, batch, method.noise(state, batch, g))
+    g.set_state(g_state)
+    new, _ = method.update(state, batch, g)
+    assert new["mean"].is_inference() and not ref["mean"].is_inference()
+    for k, v in ref.items():
+        if torch.is_tensor(v) and v.is_floating_point():
+            assert torch.equal(new[k], v), k

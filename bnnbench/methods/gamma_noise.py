@@ -54,8 +54,9 @@ def objective_grad(a, b, r2, a0, b0, n):
         d/d log a = a [-(psi'(a) - r2 / b) / 2 + ((a - a0) psi'(a) + b0 / b - 1) / N],
         d/d log b = 1/2 - a r2 / (2 b) + (a0 - a b0 / b) / N."""
     tri = torch.polygamma(1, a)
-    g_a = a * (-0.5 * (tri - r2 / b) + ((a - a0) * tri + b0 / b - 1) / n)
-    g_b = 0.5 - 0.5 * a * r2 / b + (a0 - a * b0 / b) / n
+    r2_b, b0_b = r2 / b, b0 / b
+    g_a = a * (tri * ((a - a0) / n - 0.5) + 0.5 * r2_b + (b0_b - 1) / n)
+    g_b = 0.5 - 0.5 * a * r2_b + (a0 - a * b0_b) / n
     return torch.stack([g_a, g_b], -1)
 
 
@@ -63,8 +64,9 @@ def step(cfg, state, f, y, lr_scale: float) -> dict:
     """One Adam step on (log a, log b) from the outputs ``f [R, S, B, 1]`` of this step's samples; returns the
     updated entries. The NNG code (regression/model.py) learns them at a constant rate: its x0.1 drop of alpha,
     beta at half time (regression/train.py) leaves the noise alone (``noise_lr_drop: false``)."""
-    a, b = state["log_ab"][:, 0].exp(), state["log_ab"][:, 1].exp()
-    r2 = ((y.unsqueeze(1) - f.detach()[..., 0]) ** 2).mean(dim=(1, 2))
+    ab = state["log_ab"].exp()
+    a, b = ab[:, 0], ab[:, 1]
+    r2 = (y.unsqueeze(1) - f.detach()[..., 0]).square().mean(dim=(1, 2))
     gz = objective_grad(a, b, r2, float(cfg.noise_prior_shape), float(cfg.noise_prior_rate),
                         state["n_data"].to(a.dtype))
     t = state["t"] + 1
