@@ -355,3 +355,19 @@ def test_sampled_target_cotangents_are_the_likelihood_gradient_and_update_runs_w
     for k, v in ref.items():
         if torch.is_tensor(v) and v.is_floating_point():
             assert torch.equal(new[k], v), k
+
+
+def test_one_by_one_factor_square_root_matches_the_general_path_and_clamps_alike():
+    """A 1 x 1 damped factor X (a layer with one output): C = X^-1/2; X <= 0 (indefinite in floating point) is clamped
+    at the damping floor as the eigenvalue path does; a non-finite X gives NaN (the engine stops the run)."""
+    from bnnbench.methods.noisy import _inv_chol_t
+
+    X = torch.tensor([[[4.0]], [[-1.0]], [[0.0]], [[float("nan")]], [[float("-inf")]]], dtype=DT)
+    floor = torch.tensor([1.0, 0.25, 0.04, 1.0, 1.0], dtype=DT)
+    C = _inv_chol_t(X, floor)[:, 0, 0]
+    assert torch.allclose(C[:3], torch.tensor([0.5, 2.0, 5.0], dtype=DT))
+    assert torch.isnan(C[3:]).all()
+    X2 = torch.cat([X[:3], torch.zeros(3, 1, 1, dtype=DT)], -1)         # the same factor padded to 2 x 2 with a
+    X2 = torch.cat([X2, torch.tensor([0.0, 1.0], dtype=DT).expand(3, 1, 2)], -2)  # unit block: the general path
+    C2 = _inv_chol_t(X2, floor[:3])
+    assert torch.allclose(C2[:, 0, 0], C[:3])

@@ -112,7 +112,7 @@ class _NoisyBase(Method):
         targets and ``ds`` of the per-example log-likelihoods of targets drawn from the model (the true Fisher's).
         Returns ``f, ll [R, S], acts, dz, ds``."""
         f, acts, zs = forward_cache(self.model, layers, x)
-        lik = likelihood_of(state, self.likelihood)
+        lik = likelihood_of(state, self.likelihood)   # the Gaussian's precision: E_q[tau] = a / b
         B = x.shape[-2]
         g_obs = lik.grad_f(f, y) / B
         if self.likelihood == "gaussian":  # tau (y~ - f) with y~ = f + eps / sqrt(tau): sqrt(tau) eps
@@ -121,10 +121,6 @@ class _NoisyBase(Method):
             g_smp = lik.grad_f(f, self.sampled_targets(state, f, y_noise))
         gs = backprop(self.model, layers, acts, zs, torch.cat([g_obs, g_smp], -2))
         return f, lik.log_prob(f, y).mean(-1), acts, [g[..., :B, :] for g in gs], [g[..., B:, :] for g in gs]
-
-    def log_lik(self, state, f, y):
-        """log p(y | f) ``[R, S, B]``; the Gaussian uses the precision E_q[tau] = a / b."""
-        return likelihood_of(state, self.likelihood).log_prob(f, y)
 
     def predict(self, state, x, n_samples, generator):
         f = self.model.forward_layers(self.sample_layers(state, n_samples, generator), x)
