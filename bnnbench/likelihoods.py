@@ -29,17 +29,19 @@ class Gaussian:
     def __init__(self, noise_prec: torch.Tensor):
         self.noise_prec = noise_prec
 
-    def log_prob(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def _prec(self, ndim: int) -> torch.Tensor:
+        """tau with trailing unit axes, broadcasting against a tensor of ``ndim`` dimensions."""
         tau = self.noise_prec
-        tau = tau.reshape(*tau.shape, *([1] * (3 - tau.dim())))
+        return tau.reshape(*tau.shape, *([1] * (ndim - tau.dim())))
+
+    def log_prob(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        tau = self._prec(3)
         r = _per_sample(y, f) - f[..., 0]
         return 0.5 * torch.log(tau) - 0.5 * LOG_2PI - 0.5 * tau * r * r
 
     def grad_f(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """d log p / d f = tau (y - f), ``[R, S, B, 1]``."""
-        tau = self.noise_prec
-        tau = tau.reshape(*tau.shape, *([1] * (4 - tau.dim())))
-        return tau * (_per_sample(y, f).unsqueeze(-1) - f)
+        return self._prec(4) * (_per_sample(y, f).unsqueeze(-1) - f)
 
 
 class Bernoulli:
@@ -62,11 +64,13 @@ class Categorical:
     task = "multiclass"
 
     def log_prob(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logp = torch.log_softmax(f, dim=-1)
-        idx = _per_sample(y.long(), f).expand(f.shape[:-1]).unsqueeze(-1)
-        return logp.gather(-1, idx)[..., 0]
+        return torch.log_softmax(f, dim=-1).gather(-1, _label_index(y, f))[..., 0]
 
     def grad_f(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """d log p / d f = onehot(y) - softmax(f), ``[R, S, B, K]``."""
-        idx = _per_sample(y.long(), f).expand(f.shape[:-1]).unsqueeze(-1)
-        return (-torch.softmax(f, dim=-1)).scatter_add_(-1, idx, torch.ones_like(f[..., :1]))
+        return (-torch.softmax(f, dim=-1)).scatter_add_(-1, _label_index(y, f), torch.ones_like(f[..., :1]))
+
+
+def _label_index(y: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """Labels as a ``[R, S, B, 1]`` index into the last axis of ``f``."""
+    return _per_sample(y.long(), f).expand(f.shape[:-1]).unsqueeze(-1)

@@ -302,7 +302,7 @@ class NoisyKFAC(_NoisyBase):
         # (pomonam/NoisyNaturalGradient regression/ops/mvg_optimizer.py: ratio = 0.1, bias_corr); Alg. 2
         # omits it "for simplicity". momentum = 0 gives Alg. 2 exactly.
         b1 = float(self.cfg.get("momentum", 0.0))
-        bias_corr = (1 - b1 ** t.to(state["mean"].dtype))[:, None, None]
+        bias_corr = (1 - b1 ** t.to(state["mean"].dtype))[:, None, None] if b1 > 0 else None
         g_in = g_in[:, None, None]
         beta = float(self.cfg.beta) * self.lr_scale
         steps = []
