@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 
 from bnnbench import exact_vi, logreg
-from bnnbench.cli import compose
+from bnnbench.config import compose
 from bnnbench.data import load_dataset
 from bnnbench.protocol import resolve
 

@@ -23,11 +23,12 @@ import torch
 from bnnbench.data import load_dataset
 from bnnbench.logreg import EXACT_METHODS
 from bnnbench.protocol import resolve
-from bnnbench.run import fit, select_splits, with_restarts
+from bnnbench.fit import FitOptions, fit
+from bnnbench.splits import select_splits, with_restarts
 
 
 def cell_spec(cell):
-    from bnnbench.cli import cell_own_overrides, compose
+    from bnnbench.config import cell_own_overrides, compose
     ov = ["experiment=slang_table1", f"method={cell['method']}", f"data={cell['data']}",
           *cell_own_overrides(cell, "results/runs")]
     cfg = compose(ov)
@@ -40,13 +41,13 @@ def time_fit(spec, ds, epochs):
     pairs = [(s.train, s.test) for s in splits]
     t = time.perf_counter()
     fit(spec, ds, pairs, list(range(len(pairs))), [dict(spec.fixed)] * len(pairs), torch.Generator().manual_seed(0),
-        device=torch.device("cpu"), dtype=torch.float32, epochs=epochs)
+        FitOptions(device=torch.device("cpu"), dtype=torch.float32, epochs=epochs))
     return time.perf_counter() - t
 
 
 def time_exact(cell):
-    from bnnbench.cli import compose
-    from bnnbench.run import execute
+    from bnnbench.config import compose
+    from bnnbench.execute import execute
     import tempfile
     ov = ["experiment=slang_table1", f"method={cell['method']}", f"data={cell['data']}", "progress=false"]
     with tempfile.TemporaryDirectory() as d:
@@ -78,7 +79,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--data", default=None, help="comma list of data sets (default: all four)")
     args = ap.parse_args()
-    from bnnbench.cli import experiment_spec
+    from bnnbench.config import experiment_spec
     cells = experiment_spec("slang_table1")["runs"]
     if args.data:
         cells = [c for c in cells if c["data"] in args.data.split(",")]

@@ -15,7 +15,7 @@ import time
 import torch
 
 from bnnbench.data import load_dataset
-from bnnbench.run import fit
+from bnnbench.fit import FitOptions, fit
 from bnnbench.protocol import resolve
 
 
@@ -24,7 +24,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
-    from bnnbench.cli import compose
+    from bnnbench.config import compose
     ov = ["method=bbb", "data=uci/boston", "protocol=slang_uci", f"protocol.epochs={args.epochs}",
           "protocol.eval_every=null"]
     cfg = compose(ov)
@@ -32,16 +32,16 @@ def main():
     spec = resolve(cfg, ov, meta=ds.meta)
     pairs = [(s.train, s.test) for s in ds.splits]
     hp = [dict(spec.fixed)] * len(pairs)
-    kw = dict(device=torch.device(args.device), dtype=torch.float32)
+    kw = FitOptions(device=torch.device(args.device), dtype=torch.float32)
 
-    fit(spec, ds, pairs[:2], [0, 1], hp[:2], torch.Generator(args.device).manual_seed(0), **kw)  # warm-up
+    fit(spec, ds, pairs[:2], [0, 1], hp[:2], torch.Generator(args.device).manual_seed(0), kw)  # warm-up
     t = time.perf_counter()
-    batched = fit(spec, ds, pairs, list(range(len(pairs))), hp, torch.Generator(args.device).manual_seed(0), **kw)
+    batched = fit(spec, ds, pairs, list(range(len(pairs))), hp, torch.Generator(args.device).manual_seed(0), kw)
     t_batched = time.perf_counter() - t
     t = time.perf_counter()
     steps_loop = 0
     for i, p in enumerate(pairs):
-        r = fit(spec, ds, [p], [0], hp[:1], torch.Generator(args.device).manual_seed(i), **kw)
+        r = fit(spec, ds, [p], [0], hp[:1], torch.Generator(args.device).manual_seed(i), kw)
         steps_loop += r.steps
     t_loop = time.perf_counter() - t
     R = len(pairs)

@@ -1,7 +1,8 @@
 """Command line: ``bnnbench run | reproduce | table | plot | list | data | regression``.
 
-``run`` is a Hydra application: every argument after it is a Hydra override (``method=bbb
-data=uci/boston protocol.epochs=10``), and ``-m`` sweeps over comma-separated values.
+``run`` composes one configuration from Hydra overrides (``method=bbb data=uci/boston protocol.epochs=10``); with
+``-m`` it is a Hydra sweep over comma-separated values. Every failure a user can cause is one ``error:`` line and an
+exit code (``run_one``).
 """
 
 from __future__ import annotations
@@ -11,28 +12,12 @@ import os
 import sys
 from pathlib import Path
 
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
+from bnnbench.config import cell_own_overrides, check_choices, experiment_spec, list_names
+
 RESULTS = Path("results")       # the committed report, relative to the working directory (a checkout)
 RECORDS = str(RESULTS / "runs")  # the run records that results/tables and results/figures are rendered from
 RECORDS_HELP = f"the run records (default: {RECORDS})"
-
-
-def config_dir() -> str:
-    """The Hydra config tree: ``configs/`` of the source tree, installed as ``bnnbench.configs``."""
-    try:
-        import importlib.resources as ir
-        p = Path(str(ir.files("bnnbench.configs")))
-        if (p / "config.yaml").exists():
-            return str(p)
-    except Exception:  # pragma: no cover
-        pass
-    return CONFIG_DIR
-
-
-def _register_resolvers():
-    from omegaconf import OmegaConf
-    if not OmegaConf.has_resolver("slug"):
-        OmegaConf.register_new_resolver("slug", lambda name: str(name).replace("/", "__"))
+EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED = 2, 3, 130
 
 
 def _summary_lines(record: dict) -> list[str]:
@@ -44,57 +29,79 @@ def _summary_lines(record: dict) -> list[str]:
     return lines
 
 
-def _run_app():
+def _error(msg: str) -> None:
+    print(f"error: {msg}", file=sys.stderr, flush=True)
+
+
+def run_dir_of(cfg) -> Path:
+    from bnnbench.results import run_dir
+    return run_dir(cfg.runs_root, cfg.experiment.name if cfg.get("experiment") else None, cfg.label, cfg.data.name)
+
+
+def run_one(cfg, overrides: list[str]) -> int:
+    """``execute`` one composed configuration, turning every expected failure into one line and an exit code:
+    2 a configuration, data or run-directory problem (nothing ran), 3 a run that failed (``failed.json`` says why),
+    130 an interruption (the same command resumes from the last checkpoint)."""
+    from bnnbench.data import DataError
+    from bnnbench.engine import DivergenceError
+    from bnnbench.exact_vi import NotConvergedError
+    from bnnbench.execute import execute
+    from bnnbench.methods import UnknownMethodError
+    from bnnbench.config import ConfigError
+    from bnnbench.results import RunDirError, ResumeFiles
+    run_dir = run_dir_of(cfg)
+    try:
+        record = execute(cfg, overrides, run_dir)
+    except (DivergenceError, NotConvergedError) as e:
+        _error(f"run failed, no result written ({run_dir / 'failed.json'} has the reason): {e}")
+        return EXIT_FAILED
+    except (ConfigError, DataError, UnknownMethodError, RunDirError) as e:
+        _error(str(e))
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        saved = ResumeFiles.in_dir(run_dir)
+        where = (f"resume state kept in {run_dir} ({', '.join(p.name for p in saved)}); the same command resumes it"
+                 if saved else "no checkpoint had been written yet; the same command starts afresh")
+        print(f"\ninterrupted: {where}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    print("\n".join(_summary_lines(record)))
+    print(f"record: {run_dir / 'record.json'}")
+    return 0
+
+
+def cmd_run(overrides: list[str]) -> int:
+    """``bnnbench run <overrides>``: one run composed here; with ``-m``/``--multirun``, a Hydra sweep whose
+    every job goes through ``run_one`` as well."""
+    err = check_choices([o for o in overrides if not o.startswith("-")])
+    if err:
+        _error(err)
+        return EXIT_CONFIG
+    if any(o in ("-m", "--multirun") for o in overrides):
+        return _multirun(overrides)
+    from bnnbench.config import ConfigError, compose_checked
+    try:
+        cfg = compose_checked(overrides)
+    except ConfigError as e:
+        _error(str(e))
+        return EXIT_CONFIG
+    return run_one(cfg, overrides)
+
+
+def _multirun(argv: list[str]) -> int:
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
+    from bnnbench.config import config_dir, register_resolvers
+    register_resolvers()
+    codes = []
+
     @hydra.main(config_path=config_dir(), config_name="config", version_base=None)
     def app(cfg):
-        from bnnbench.data import DataError
-        from bnnbench.engine import DivergenceError
-        from bnnbench.exact_vi import NotConvergedError
-        from bnnbench.methods import UnknownMethodError
-        from bnnbench.protocol import ConfigError
-        from bnnbench.run import execute
-        hc = HydraConfig.get()
-        run_dir = Path(hc.runtime.output_dir)
-        try:
-            record = execute(cfg, list(hc.overrides.task), run_dir)
-        except (DivergenceError, NotConvergedError) as e:
-            print(f"error: run failed, no result written ({run_dir / 'failed.json'} has the reason): {e}",
-                  file=sys.stderr)
-            sys.exit(3)
-        except (ConfigError, DataError, UnknownMethodError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            sys.exit(2)
-        print("\n".join(_summary_lines(record)))
-        print(f"record: {run_dir / 'record.json'}")
+        codes.append(run_one(cfg, list(HydraConfig.get().overrides.task)))
 
+    sys.argv = [f"{Path(sys.argv[0]).name} run", *argv]
     app()
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hcompose, initialize_config_dir
-    _register_resolvers()
-    with initialize_config_dir(config_dir=config_dir(), version_base=None):
-        return hcompose(config_name="config", overrides=overrides)
-
-
-def experiment_spec(name: str) -> dict:
-    from omegaconf import OmegaConf
-    cfg = compose([f"experiment={name}"])
-    return OmegaConf.to_container(cfg.experiment, resolve=True)
-
-
-def list_names(group: str) -> list[str]:
-    root = Path(config_dir()) / group
-    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
-
-
-def cell_own_overrides(cell, runs_root) -> list[str]:
-    """An experiment cell's overrides, with ``{runs_root}`` (another cell's record, e.g. Vprop with Vadam's
-    optimum) pointing into ``runs_root``."""
-    return [o.replace("{runs_root}", str(runs_root)) for o in cell.get("overrides", [])]
+    return max(codes, default=0)
 
 
 def _cell_overrides(args, cell) -> list[str]:
@@ -106,22 +113,23 @@ def _cell_overrides(args, cell) -> list[str]:
 
 def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], threads: int | None = None) -> str:
     """Run one cell (in this process or a worker); returns the lines to print."""
+    from bnnbench.config import ConfigError, compose
     from bnnbench.engine import DivergenceError
+    from bnnbench.execute import execute
     from bnnbench.exact_vi import NotConvergedError
-    from bnnbench.protocol import ConfigError
-    from bnnbench.run import execute
+    from bnnbench.results import RunDirError
     if threads:
         import torch
         torch.set_num_threads(threads)
     cfg = compose(ov)
-    run_dir = Path(runs_root) / experiment / cfg.label / cfg.data.name.replace("/", "__")
+    run_dir = run_dir_of(cfg)
     head = f"== {experiment}: {cfg.label} on {cfg.data.name} -> {run_dir}"
     try:
         rec = execute(cfg, ov, run_dir)
         return "\n".join([head, *_summary_lines(rec)])
     except (DivergenceError, NotConvergedError) as e:
         return f"{head}\n   FAILED (recorded in failed.json, not a result): {e}"
-    except ConfigError as e:
+    except (ConfigError, RunDirError) as e:
         return f"{head}\n   skipped: {e}"
 
 
@@ -206,42 +214,14 @@ def cmd_data(args) -> int:
 
 
 def cmd_regression(args) -> int:
-    from bnnbench.regression import main as regression_main
+    from bnnbench.regression_check import main as regression_main
     return regression_main(args)
-
-
-GROUPS = ("data", "method", "protocol", "hpo", "experiment", "model")
-
-
-def check_choices(overrides: list[str]) -> str | None:
-    """An error message for a config-group choice that does not exist (all valid ones listed;
-    Hydra itself lists only the top level of nested groups such as ``data/uci``)."""
-    import difflib
-    for o in overrides:
-        key, _, value = o.partition("=")
-        key = key.lstrip("+~")
-        if key not in GROUPS or not value or value == "null":
-            continue
-        valid = list_names(key)
-        for v in value.split(","):
-            if v not in valid:
-                close = difflib.get_close_matches(v, valid, n=1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                return f"unknown {key} {v!r}{hint}; valid: {', '.join(valid)}"
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "run":
-        err = check_choices(argv[1:])
-        if err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        _register_resolvers()
-        sys.argv = [f"{Path(sys.argv[0]).name} run", *argv[1:]]
-        _run_app()
-        return 0
+        return cmd_run(argv[1:])
     p = argparse.ArgumentParser(prog="bnnbench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("run", help="run one configuration (Hydra overrides follow; -m sweeps)")

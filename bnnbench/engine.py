@@ -11,7 +11,6 @@ Monte Carlo noise is independent.
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from bnnbench import results
 from bnnbench.methods.base import Batch, Method, State
 from bnnbench.metrics import classification_metrics, regression_metrics
 
@@ -196,15 +196,6 @@ def _finite_state(state: State) -> torch.Tensor:
     return ok
 
 
-def save_checkpoint(path: Path, payload: dict) -> None:
-    """``torch.save`` to a temporary file in the same directory, then ``os.replace`` (atomic)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-
-
 def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch_size: int,
           eval_samples: int, generator: torch.Generator, task: str, eval_every: int | None = None,
           stop_on_divergence: bool = True, progress: bool = False, desc: str = "",
@@ -269,7 +260,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
                 m["train_objective"] = m["train_objective"] + kl / data.n_train[data.data_index].to(kl.dtype)
             history.append(epoch + 1, m)
         if checkpoint is not None and not last and (epoch + 1) % checkpoint_every == 0:
-            save_checkpoint(checkpoint, {"state": state, "epoch": epoch + 1, "steps": steps,
+            results.save_checkpoint(checkpoint, {"state": state, "epoch": epoch + 1, "steps": steps,
                                          "elapsed": time.perf_counter() - t0, "history": history.to_dict(),
                                          "diverged": diverged, "generator": generator.get_state()})
     final = {k: torch.tensor(v) for k, v in history.metrics[-1].items()} if history.metrics else {}

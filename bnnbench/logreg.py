@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
-from bnnbench import exact_vi
+from bnnbench import exact_vi, results
 
 EXACT_METHODS = {"exact_full": "full", "exact_mf": "mf"}
 
@@ -76,34 +75,9 @@ def exact_solution(X: np.ndarray, y: np.ndarray, lam: np.ndarray, family: str, *
                                     family=family, message="cached")
     res = exact_vi.fit_exact(X, y, lam, family, gtol=gtol, max_iter=max_iter)
     if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
-        np.savez(tmp, mean=res.mean, cov=res.cov, f=res.neg_elbo_per_point, n_iter=res.n_iter,
-                 grad_norm=res.grad_norm)
-        os.replace(tmp, path)
+        results.save_npz(path, mean=res.mean, cov=res.cov, f=res.neg_elbo_per_point, n_iter=res.n_iter,
+                         grad_norm=res.grad_norm)
     return res
-
-
-POSTERIOR = "posterior.npz"
-
-
-def save_posterior(run_dir, mean: np.ndarray, cov: np.ndarray) -> Path:
-    """The first split's q (design order, float32) beside the record, for figures without retraining
-    (SLANG Figure 1)."""
-    path = Path(run_dir) / POSTERIOR
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
-    np.savez(tmp, mean=np.asarray(mean, dtype=np.float32), cov=np.asarray(cov, dtype=np.float32))
-    os.replace(tmp, path)
-    return path
-
-
-def load_posterior(run_dir) -> tuple[np.ndarray, np.ndarray] | None:
-    path = Path(run_dir) / POSTERIOR
-    if not path.exists() or not (Path(run_dir) / "record.json").exists():
-        return None
-    z = np.load(path)
-    return z["mean"].astype(np.float64), z["cov"].astype(np.float64)
 
 
 def posterior_metrics(mean, cov, X_train, y_train, X_test, y_test, lam, reference,
@@ -149,7 +123,7 @@ def exact_metrics(ds, splits, lams, family: str, gtol: float, run_dir=None) -> t
         ref = r if family == "full" else exact_solution(Xtr, ytr, lam, "full", gtol=gtol)
         ref_mf = r if family == "mf" else exact_solution(Xtr, ytr, lam, "mf", gtol=gtol)
         if run_dir is not None and not rows:
-            save_posterior(run_dir, r.mean, r.cov)
+            results.save_posterior(run_dir, r.mean, r.cov)
         rows.append(posterior_metrics(r.mean, r.cov, Xtr, ytr, Xte, yte, lam, (ref.mean, ref.cov),
                                       (ref_mf.mean, ref_mf.cov)))
     return rows, info
@@ -161,7 +135,7 @@ def method_metrics(method, state, ds, splits, lams, gtol: float, run_dir=None) -
     mean = to_design_order(mean.detach().double().cpu().numpy())
     cov = cov_to_design_order(cov.detach().double().cpu().numpy())
     if run_dir is not None:
-        save_posterior(run_dir, mean[0], cov[0])
+        results.save_posterior(run_dir, mean[0], cov[0])
     refs = reference_solutions(ds, splits, lams, gtol)
     refs_mf = reference_solutions(ds, splits, lams, gtol, family="mf")
     rows = []

@@ -18,12 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def load_history(run_dir: Path) -> dict | None:
-    p = Path(run_dir) / "history.json"
-    if not p.exists() or not (Path(run_dir) / "record.json").exists():
-        return None
-    return json.loads(p.read_text())
+from bnnbench.results import atomic_write, load_history, load_posterior, load_record, run_dir
 
 
 def _method_names(spec: dict) -> dict[str, str]:
@@ -33,11 +28,8 @@ def _method_names(spec: dict) -> dict[str, str]:
 
 def _save(fig, out: Path) -> Path:
     import matplotlib.pyplot as plt
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    atomic_write(out, lambda f: fig.savefig(f, format="png", dpi=110))
     plt.close(fig)
-    tmp.replace(out)
     return out
 
 
@@ -58,7 +50,7 @@ def convergence_figure(spec: dict, runs_root: Path, out: Path, metrics=None) -> 
     drawn, legend_ax = 0, None
     for j, ds in enumerate(datasets):
         for m in methods:
-            h = load_history(Path(runs_root) / spec["name"] / m / ds.replace("/", "__"))
+            h = load_history(run_dir(runs_root, spec["name"], m, ds))
             if h is None:
                 continue
             ep = np.asarray(h["epochs"])
@@ -89,13 +81,11 @@ def covariance_figure(spec: dict, runs_root: Path, out: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bnnbench.logreg import load_posterior
     cs = (spec.get("figure") or {}).get("covariance")
     if not cs:
         return None
     names = _method_names(spec)
-    slug = cs["dataset"].replace("/", "__")
-    post = {m: load_posterior(Path(runs_root) / spec["name"] / m / slug)
+    post = {m: load_posterior(run_dir(runs_root, spec["name"], m, cs["dataset"]))
             for m in [cs["reference"], *cs["methods"], *cs.get("lines", [])]}
     post = {m: p for m, p in post.items() if p is not None}
     if cs["reference"] not in post:
@@ -152,11 +142,8 @@ def box_figure(spec: dict, runs_root: Path, out: Path) -> Path | None:
     for ax, (p, key) in zip(axes[0], cells):
         values, ticks = [], []
         for m in p["methods"]:
-            rec = Path(runs_root) / spec["name"] / m / p["dataset"].replace("/", "__") / "record.json"
-            if not rec.exists():
-                continue
-            r = json.loads(rec.read_text())
-            if r.get("status") != "ok" or key not in r["metrics"][0]:
+            r = load_record(run_dir(runs_root, spec["name"], m, p["dataset"]))
+            if r is None or r.get("status") != "ok" or key not in r["metrics"][0]:
                 continue
             values.append([row[key] for row in r["metrics"]])
             ticks.append(names.get(m, m))

@@ -20,11 +20,9 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, OmegaConf
 
+from bnnbench.config import ConfigError
+
 PROTOCOL_KEYS = ("epochs", "batch_size", "eval_samples", "eval_every")
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot work; the message says which and what is valid."""
 
 
 @dataclass

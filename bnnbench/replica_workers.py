@@ -14,11 +14,13 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from bnnbench.engine import History, TrainResult
+from bnnbench.fit import FitOptions, build_method, fit
 
 
 def chunks(n: int, workers: int) -> list[range]:
@@ -63,47 +65,56 @@ def part_path(checkpoint: Path | None, c: int, w: int) -> Path | None:
     return None if checkpoint is None else Path(checkpoint).with_name(f"{Path(checkpoint).stem}-part{c}of{w}.pt")
 
 
+def fit_replicas(spec, ds, pairs, data_index, hparams, generator, opts: FitOptions, *, workers: int | None = None,
+                 init_state=None) -> TrainResult:
+    """``fit.fit`` of the replicas ``data_index``, in this process or, with ``workers > 1``, as that many chunks in
+    worker processes (``fit_in_workers``)."""
+    if workers is not None and int(workers) > 1 and len(data_index) > 1:
+        return fit_in_workers(spec, ds, pairs, list(data_index), hparams, generator, opts, workers=int(workers),
+                              init_state=init_state)
+    return fit(spec, ds, pairs, data_index, hparams, generator, opts, init_state=init_state)
+
+
 def _fit_chunk(args):
-    spec, ds, pairs, data_index, hparams, seed, threads, kw = args
+    spec, ds, pairs, data_index, hparams, seed, threads, opts, init_state = args
     torch.set_num_threads(threads)
-    torch.manual_seed(seed)  # the global generator too, as ``run.execute`` seeds it (q(tau)'s samples draw from it)
-    from bnnbench.run import fit
-    res = fit(spec, ds, pairs, data_index, hparams, torch.Generator().manual_seed(seed), **kw)
+    torch.manual_seed(seed)  # the global generator too, as ``execute`` seeds it (q(tau)'s samples draw from it)
+    res = fit(spec, ds, pairs, data_index, hparams, torch.Generator().manual_seed(seed), opts, init_state=init_state)
     res.method = None
     res.state = {k: v.detach() if torch.is_tensor(v) else v for k, v in res.state.items()}  # no autograd across
     return res
 
 
-def fit_in_workers(spec, ds, pairs, data_index, hparams, generator, *, workers: int, method, **kw) -> TrainResult:
-    """``run.fit`` of the replicas ``data_index`` as ``chunks`` run in ``workers`` spawned processes. Chunk c is seeded
+def fit_in_workers(spec, ds, pairs, data_index, hparams, generator, opts: FitOptions, *, workers: int,
+                   init_state=None) -> TrainResult:
+    """``fit.fit`` of the replicas ``data_index`` as ``chunks`` run in ``workers`` spawned processes. Chunk c is seeded
     with the c-th of the integers drawn from ``generator``; its checkpoint is ``<checkpoint>-part<c>of<W>.pt``, removed
-    once all chunks have finished. The joined result carries ``method`` (built by the caller) for posterior metrics."""
-    if kw.get("device") is not None and torch.device(kw["device"]).type != "cpu":
+    once all chunks have finished. The joined result carries the method (for posterior metrics)."""
+    if torch.device(opts.device).type != "cpu":
         raise ValueError("workers > 1 splits the replica axis over CPU processes; on a GPU use workers=null")
     R = len(data_index)
     parts = chunks(R, workers)
     seeds = torch.randint(0, 2 ** 62, (len(parts),), generator=generator).tolist()
     threads = max(1, torch.get_num_threads() // len(parts))
-    init_state, checkpoint = kw.pop("init_state", None), kw.pop("checkpoint", None)
-    offset = kw.pop("replica_offset", 0)
     jobs = []
     for c, idx in enumerate(parts):
         used = sorted(set(data_index[idx.start:idx.stop]))
         where = {u: i for i, u in enumerate(used)}
+        chunk_opts = replace(opts, checkpoint=part_path(opts.checkpoint, c, len(parts)),
+                             replica_offset=opts.replica_offset + idx.start, progress=opts.progress and c == 0)
         jobs.append((spec, ds, [pairs[u] for u in used], [where[d] for d in data_index[idx.start:idx.stop]],
-                     hparams[idx.start:idx.stop], seeds[c], threads,
-                     {**kw, "init_state": None if init_state is None else split_state(init_state, idx, R),
-                      "checkpoint": part_path(checkpoint, c, len(parts)), "replica_offset": offset + idx.start,
-                      "progress": kw.get("progress", False) and c == 0}))
+                     hparams[idx.start:idx.stop], seeds[c], threads, chunk_opts,
+                     None if init_state is None else split_state(init_state, idx, R)))
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=len(parts), mp_context=mp.get_context("spawn")) as pool:
         res = list(pool.map(_fit_chunk, jobs))
     wall = time.perf_counter() - t0
     for c in range(len(parts)):
-        if checkpoint is not None:
-            part_path(checkpoint, c, len(parts)).unlink(missing_ok=True)
+        if opts.checkpoint is not None:
+            part_path(opts.checkpoint, c, len(parts)).unlink(missing_ok=True)
     sizes = [len(idx) for idx in parts]
     return TrainResult(join_states([r.state for r in res], sizes), join_histories([r.history for r in res]),
                        {k: torch.cat([r.final[k] for r in res]) for k in res[0].final},
                        wall + max(r.resumed_s for r in res), res[0].steps,
-                       torch.cat([r.diverged for r in res]), method, resumed_s=max(r.resumed_s for r in res))
+                       torch.cat([r.diverged for r in res]), build_method(spec, ds),
+                       resumed_s=max(r.resumed_s for r in res))

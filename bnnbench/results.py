@@ -1,34 +1,162 @@
-"""Run records: one ``record.json`` per finished run, written atomically.
+"""Run directories and what they hold: the one place that names, writes and reads them.
 
-A run directory holds either ``record.json`` (a result) or ``failed.json`` (a diverged or broken run,
-with its reason), never both, and never a half-written file: each is written to a temporary file in
-the same directory and moved into place with ``os.replace``.
+``<runs_root>/<experiment or adhoc>/<label>/<data set>/`` (``run_dir``) holds either ``record.json`` (a result)
+or ``failed.json`` (a diverged or broken run, with its reason), never both; beside a record, ``history.json``
+(metrics per evaluation) and, for Gaussian posteriors of linear models, ``posterior.npz``. While a run is
+unfinished, its resume state sits there too (``ResumeFiles``: dot-files keyed by the configuration hash) and
+is removed when the record lands. Nothing is ever half-written: every file goes through ``atomic_write``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import platform
 import subprocess
 import tempfile
+from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 RECORD = "record.json"
 FAILED = "failed.json"
 HISTORY = "history.json"
+POSTERIOR = "posterior.npz"
+LOCK = ".lock"
+ADHOC = "adhoc"  # the experiment part of a run directory outside any experiment
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file in the same directory, fsync, then ``os.replace``: readers
-    see the old file or the new one, never a partial one. Permissions as for a plain new file."""
+def run_dir(runs_root, experiment: str | None, label: str, dataset: str) -> Path:
+    """Where the run of ``label`` (a method or a named variant) on ``dataset`` in ``experiment`` lives."""
+    return Path(runs_root) / (experiment or ADHOC) / label / str(dataset).replace("/", "__")
+
+
+class RunDirError(RuntimeError):
+    """A run directory that cannot be used: not writable, or taken by another process."""
+
+
+@contextmanager
+def claimed(run_dir: Path):
+    """Hold ``run_dir`` for this process while a run trains there: a second process asking for it (the same
+    command started twice, or ``reproduce --jobs``) is refused at once instead of training the same cells again."""
+    run_dir = Path(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise RunDirError(f"cannot write the run directory {run_dir}: {e.strerror}; "
+                          "choose another place with runs_root=<dir>") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise RunDirError(f"{run_dir} is in use by another bnnbench process (pid {holder}); wait for it to "
+                              "finish (its record is then reused) or give this run its own label=<name>") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            yield run_dir
+        finally:
+            (run_dir / LOCK).unlink(missing_ok=True)
+            if not any(run_dir.iterdir()):
+                run_dir.rmdir()  # a run refused before it wrote anything leaves no trace
+    finally:
+        os.close(fd)
+
+
+class ResumeFiles:
+    """The resume state of an unfinished run of configuration ``chash`` in ``run_dir``: the finished rounds of
+    its Bayesian optimisation (``hpo``), the final training's checkpoint (``fit``; worker chunks and stages
+    add suffixes to its name) and each finished stage of a staged protocol (``stages``)."""
+
+    def __init__(self, run_dir: Path, chash: str, n_stages: int = 0):
+        self.dir, self.chash = Path(run_dir), chash
+        self.hpo = self.dir / f".hpo-{chash}.pt"
+        self.fit = self.dir / f".checkpoint-{chash}.pt"
+        self.stages = [self.dir / f".stage{k}-{chash}.pt" for k in range(n_stages)]
+
+    def existing(self) -> list[Path]:
+        return [p for p in (self.hpo, self.fit, *self.stages, *self.dir.glob(f".checkpoint-{self.chash}-*.pt"))
+                if p.exists()]
+
+    def remove(self) -> None:
+        for p in self.existing():
+            p.unlink(missing_ok=True)
+
+    @staticmethod
+    def in_dir(run_dir: Path) -> list[Path]:
+        """Every resume file in ``run_dir``, of whatever configuration."""
+        d = Path(run_dir)
+        return sorted(p for pat in (".hpo-*.pt", ".checkpoint-*.pt", ".stage*-*.pt") for p in d.glob(pat)) \
+            if d.is_dir() else []
+
+    def describe(self) -> str | None:
+        """What a run of this configuration resumes from (``None``: nothing saved); reads the saved epoch and rounds."""
+        import torch
+        said = []
+        if self.hpo.exists():
+            said.append(f"{len(torch.load(self.hpo, weights_only=False))} finished hyper-parameter search round(s)")
+        stages = sum(p.exists() for p in self.stages)
+        if stages:
+            said.append(f"{stages} finished training stage(s)")
+        fits = [self.fit] if self.fit.exists() else sorted(self.dir.glob(f".checkpoint-{self.chash}-*.pt"))
+        epochs = [torch.load(p, weights_only=False, map_location="cpu")["epoch"] for p in fits]
+        if epochs:
+            said.append(f"epoch {min(epochs)} of the final training")
+        return ", ".join(said) or None
+
+
+def save_checkpoint(path: Path, payload: dict) -> Path:
+    """``torch.save`` of ``payload`` (tensors, generator states), atomically."""
+    import torch
+    return atomic_write(path, lambda f: torch.save(payload, f))
+
+
+def save_npz(path: Path, **arrays) -> Path:
+    import numpy as np
+    return atomic_write(path, lambda f: np.savez(f, **arrays))
+
+
+def save_posterior(run_dir: Path, mean, cov) -> Path:
+    """A Gaussian q (one split's mean and covariance, float32) beside the record, for figures without retraining."""
+    import numpy as np
+    return save_npz(Path(run_dir) / POSTERIOR, mean=np.asarray(mean, dtype=np.float32),
+                    cov=np.asarray(cov, dtype=np.float32))
+
+
+def load_posterior(run_dir: Path):
+    """``(mean, cov)`` in float64 of a finished run's stored posterior, else ``None``."""
+    import numpy as np
+    path = Path(run_dir) / POSTERIOR
+    if not path.exists() or not (Path(run_dir) / RECORD).exists():
+        return None
+    z = np.load(path)
+    return z["mean"].astype(np.float64), z["cov"].astype(np.float64)
+
+
+def load_history(run_dir: Path) -> dict | None:
+    """A finished run's ``history.json`` (``epochs``, ``metrics`` per evaluation, ``splits``), else ``None``."""
+    p = Path(run_dir) / HISTORY
+    if not p.exists() or not (Path(run_dir) / RECORD).exists():
+        return None
+    with open(p) as f:
+        return json.load(f)
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> Path:
+    """``write(f)`` into a fresh temporary file beside ``path``, fsync, then ``os.replace``: readers see the old
+    file or the new one, never a partial one, and concurrent writers never share a temporary file. Permissions
+    as for a plain new file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)
@@ -38,6 +166,11 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return path
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def atomic_write_json(path: Path, obj) -> None:
@@ -84,11 +217,12 @@ def write_failure(run_dir: Path, reason: str, record: dict) -> Path:
 
 
 def load_record(run_dir: Path) -> dict | None:
-    p = Path(run_dir) / RECORD
-    if not p.exists():
+    """A run directory's ``record.json``, or ``None`` where there is none (or it cannot be read)."""
+    try:
+        with open(Path(run_dir) / RECORD) as f:
+            return json.load(f)
+    except (OSError, ValueError):
         return None
-    with open(p) as f:
-        return json.load(f)
 
 
 def is_done(run_dir: Path, chash: str) -> bool:
@@ -98,6 +232,24 @@ def is_done(run_dir: Path, chash: str) -> bool:
     if rec is None or rec.get("status") != "ok" or "config" not in rec:
         return False
     return stored_config_hash(rec) == chash
+
+
+def config_diff(a: dict, b: dict, most: int = 6) -> list[str]:
+    """The dotted keys whose values differ between two stored configurations (unset entries left out)."""
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in (d or {}).items():
+            if k == "hydra_overrides" or v is None:
+                continue
+            if isinstance(v, dict):
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+    fa, fb = flat(a), flat(b)
+    keys = sorted(k for k in fa.keys() | fb.keys() if json.dumps(fa.get(k), default=_jsonable)
+                  != json.dumps(fb.get(k), default=_jsonable))
+    return [*keys[:most], *([f"{len(keys) - most} more"] if len(keys) > most else [])]
 
 
 def stored_config_hash(record: dict) -> str:

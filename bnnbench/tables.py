@@ -32,7 +32,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from bnnbench.results import atomic_write_text
+from bnnbench.results import FAILED, RECORD, atomic_write_text, load_record, run_dir
 
 __all__ = [
     "COLUMNS",
@@ -318,18 +318,6 @@ def _dataset_ref_name(ds: str, overrides: Mapping, available: set) -> str:
     return candidates[0]
 
 
-def _slug(ds: str) -> str:
-    return ds.replace("/", "__")
-
-
-def _load_record(path: Path) -> dict | None:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def _protocol_of(rec: Mapping | None) -> str:
     """The protocol a record ran under, with its training stages (SLANG Table 3 on CPU runs shortened ones)."""
     if rec is None:
@@ -408,12 +396,11 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
     nan = float("nan")
     for ds in datasets:
         for mid, m in methods.items():
-            rec_dir = runs_root / name / mid / _slug(ds)
-            rec_path = rec_dir / "record.json"
-            rec = _load_record(rec_path) if rec_path.is_file() else None
+            rec_dir = run_dir(runs_root, name, mid, ds)
+            rec = load_record(rec_dir)
             if rec is None:
-                run_status = "failed" if (rec_dir / "failed.json").exists() else (
-                    "unreadable" if rec_path.exists() else "missing")
+                run_status = "failed" if (rec_dir / FAILED).exists() else (
+                    "unreadable" if (rec_dir / RECORD).exists() else "missing")
             else:
                 st = rec.get("status", "ok")
                 run_status = "ok" if st == "ok" else f"status:{st}"

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from bnnbench import results
-from bnnbench.cli import compose, main
+from bnnbench.cli import main
+from bnnbench.config import compose
 from bnnbench.engine import DivergenceError
-from bnnbench.protocol import ConfigError
-from bnnbench.run import execute
+from bnnbench.config import ConfigError
+from bnnbench.execute import execute
 
 from datapaths import MIRROR, REPO
 
@@ -64,8 +65,11 @@ def test_finished_cell_is_skipped(tmp_path):
     mtime = (tmp_path / "run" / "record.json").stat().st_mtime_ns
     b = _run(tmp_path)
     assert b == json.loads(json.dumps(a)) and (tmp_path / "run" / "record.json").stat().st_mtime_ns == mtime
-    _run(tmp_path, "protocol.epochs=3")  # a different configuration runs again
-    assert (tmp_path / "run" / "record.json").stat().st_mtime_ns != mtime
+    with pytest.raises(ConfigError, match=r"another configuration \(it differs in spec.epochs\).*label=.*skip_done=false"):
+        _run(tmp_path, "protocol.epochs=3")  # never replaces the record of another configuration silently
+    assert (tmp_path / "run" / "record.json").stat().st_mtime_ns == mtime
+    c = _run(tmp_path, "protocol.epochs=3", "skip_done=false")  # unless asked to
+    assert json.loads((tmp_path / "run" / "record.json").read_text())["config_hash"] == c["config_hash"] != a["config_hash"]
 
 
 def test_divergence_writes_failure_and_no_record(tmp_path):
@@ -200,10 +204,15 @@ def test_interrupted_final_training_resumes_to_the_same_result(tmp_path, monkeyp
 
 
 def test_interrupted_bayesian_optimisation_resumes_to_the_same_choice(tmp_path, monkeypatch):
-    import bnnbench.run as run_mod
+    import bnnbench.execute as execute_mod
+    import bnnbench.selection as selection_mod
+
+    def patch(f):  # the search rounds (selection) and the final training (execute)
+        for mod in (selection_mod, execute_mod):
+            monkeypatch.setattr(mod, "fit_replicas", f)
     ov = ["hpo=bo", "hpo.n_random=2", "hpo.n_iter=2", "hpo.folds=2", "protocol.epochs=1"]
     ref = _run(tmp_path / "ref", *ov)
-    real = run_mod.fit
+    real = selection_mod.fit_replicas
     calls = {"n": 0}
 
     def flaky(*a, **k):  # round 1 (2 random points) and round 2 finish, round 3 dies
@@ -212,16 +221,16 @@ def test_interrupted_bayesian_optimisation_resumes_to_the_same_choice(tmp_path, 
             raise _Interrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(run_mod, "fit", flaky)
+    patch(flaky)
     with pytest.raises(_Interrupt):
         _run(tmp_path / "cut", *ov)
-    monkeypatch.setattr(run_mod, "fit", real)
+    patch(real)
     ck_file, = (tmp_path / "cut" / "run").glob(".hpo-*.pt")
     rounds = torch.load(ck_file, weights_only=False)
     torch.save([{**r, "wall": 500.0} for r in rounds], ck_file)   # as if each finished round had taken 500 s
     calls["n"] = 0
     counting = lambda *a, **k: (calls.__setitem__("n", calls["n"] + 1), real(*a, **k))[1]  # noqa: E731
-    monkeypatch.setattr(run_mod, "fit", counting)
+    patch(counting)
     resumed = _run(tmp_path / "cut", *ov)
     assert calls["n"] == 2  # the last BO round and the final training; the first two rounds were replayed
     assert resumed["hparams"] == ref["hparams"] and resumed["hpo_trace"] == ref["hpo_trace"]

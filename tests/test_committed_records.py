@@ -7,8 +7,8 @@ import json
 import pytest
 
 from bnnbench import results
-from bnnbench.cli import compose
-from bnnbench.run import resolve_run
+from bnnbench.config import compose
+from bnnbench.execute import resolve_run
 
 from datapaths import MIRROR, REPO
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bnnbench import exact_vi, logreg
-from bnnbench.cli import compose
+from bnnbench import exact_vi, logreg, results
+from bnnbench.config import compose
 from bnnbench.methods import METHODS, Batch, Problem
 from bnnbench.models import MLP
-from bnnbench.run import execute
+from bnnbench.execute import execute
 
 from datapaths import MIRROR
 
@@ -172,12 +172,12 @@ def test_stochastic_column_end_to_end(tmp_path, env):
 
 @needs_mirror
 def test_figures_from_stored_posteriors(tmp_path, env):
-    from bnnbench.cli import experiment_spec
+    from bnnbench.config import experiment_spec
     from bnnbench.plots import convergence_figure, covariance_figure
     _, d_full = _run(tmp_path, "exact_full")
     _run(tmp_path, "exact_mf")
     _run(tmp_path, "slang", "method.rank=2", "protocol.epochs=4", "protocol.eval_every=2", label="slang_L1")
-    mean, cov = logreg.load_posterior(d_full)
+    mean, cov = results.load_posterior(d_full)
     assert mean.shape == (11,) and cov.shape == (11, 11) and np.allclose(cov, cov.T)
     spec = experiment_spec("slang_table1")
     spec["figure"]["covariance"]["dataset"] = "libsvm/breast_cancer"
@@ -187,7 +187,7 @@ def test_figures_from_stored_posteriors(tmp_path, env):
 
 @needs_mirror
 def test_vadam_figure2_cells_and_box_figure(tmp_path, env):
-    from bnnbench.cli import experiment_spec
+    from bnnbench.config import experiment_spec
     from bnnbench.plots import box_figure
     spec = experiment_spec("vadam_fig2")
     runs = {(r["data"], r.get("label", r["method"])): r for r in spec["runs"]}

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from bnnbench.cli import compose, main
-from bnnbench.run import execute
+from bnnbench.cli import main
+from bnnbench.config import compose
+from bnnbench.execute import execute
 
 from datapaths import MIRROR
 
@@ -45,14 +46,14 @@ class _Interrupt(Exception):
 
 @needs_mirror
 def test_stages_train_on_50k_then_60k_and_resume_between_stages(tmp_path, env, monkeypatch):
-    import bnnbench.run as run_mod
-    real, seen = run_mod.fit, []
-    monkeypatch.setattr(run_mod, "fit", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    import bnnbench.stages as stages_mod
+    real, seen = stages_mod.fit_replicas, []
+    monkeypatch.setattr(stages_mod, "fit_replicas", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
     ref = _run(tmp_path / "ref")
     # stage 2 continues stage 1's state (SLANG's step counter goes on: the decays continue), with N = its data
     assert [int(r.state["t"][0]) for r in seen] == [8, 16]
     assert [int(r.state["n_data"][0]) for r in seen] == [400, 400]
-    monkeypatch.setattr(run_mod, "fit", real)
+    monkeypatch.setattr(stages_mod, "fit_replicas", real)
     assert [(s["split"], s["epochs"], s["n_train"], s["n_eval"]) for s in ref["stages"]] == [
         ("validation", 2, 400, 300), ("official", 2, 400, 300)]
     assert ref["stages"][0]["final"]["error"] != ref["stages"][1]["final"]["error"]  # validation vs test images
@@ -71,12 +72,12 @@ def test_stages_train_on_50k_then_60k_and_resume_between_stages(tmp_path, env, m
             raise _Interrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(run_mod, "fit", dies_in_stage_2)
+    monkeypatch.setattr(stages_mod, "fit_replicas", dies_in_stage_2)
     with pytest.raises(_Interrupt):
         _run(tmp_path / "cut")
     assert len(list((tmp_path / "cut" / "run").glob(".stage0-*.pt"))) == 1   # stage 1 kept
     calls["n"] = 0
-    monkeypatch.setattr(run_mod, "fit", lambda *a, **k: (calls.__setitem__("n", calls["n"] + 1), real(*a, **k))[1])
+    monkeypatch.setattr(stages_mod, "fit_replicas", lambda *a, **k: (calls.__setitem__("n", calls["n"] + 1), real(*a, **k))[1])
     resumed = _run(tmp_path / "cut")
     assert calls["n"] == 1                                       # only stage 2 trained again
     assert resumed["metrics"] == ref["metrics"] and resumed["stages"] == ref["stages"]

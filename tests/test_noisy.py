@@ -11,7 +11,7 @@ from bnnbench.methods import METHODS, Batch, Problem
 from bnnbench.methods import gamma_noise
 from bnnbench.methods.gamma_noise import kl_gamma
 from bnnbench.models import MLP
-from bnnbench.protocol import ConfigError
+from bnnbench.config import ConfigError
 
 DT = torch.float64
 BASE = dict(lr=0.01, kl_weight=1.0, damping_ex=0.0, train_samples=2, init_mean="uniform_fan_in", learn_noise=True,

@@ -7,12 +7,16 @@ import json
 import pytest
 import torch
 
-from bnnbench.cli import compose
+from bnnbench.config import compose
 from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError
-from bnnbench.protocol import ConfigError, resolve
+from bnnbench.config import ConfigError
+from bnnbench.protocol import resolve
 from bnnbench.replica_workers import chunks, join_states, split_state
-from bnnbench.run import execute, fit, select_splits
+from bnnbench.execute import execute
+from bnnbench.fit import FitOptions, fit
+from bnnbench.replica_workers import fit_replicas
+from bnnbench.splits import select_splits
 
 from datapaths import MIRROR
 
@@ -51,14 +55,14 @@ def test_each_chunk_trains_as_it_would_alone_with_its_seed():
     splits = select_splits(ds, [0, 1, 2], spec.split_scheme)
     pairs = [(s.train, s.test) for s in splits]
     hps = [dict(spec.fixed, prior_prec=p) for p in (0.5, 1.0, 2.0)]
-    opts = dict(device=torch.device("cpu"), dtype=torch.float32, eval_every=1)
-    joined = fit(spec, ds, pairs, [0, 1, 2], hps, torch.Generator().manual_seed(7), workers=2, **opts)
+    opts = FitOptions(device=torch.device("cpu"), dtype=torch.float32, eval_every=1)
+    joined = fit_replicas(spec, ds, pairs, [0, 1, 2], hps, torch.Generator().manual_seed(7), opts, workers=2)
     seeds = torch.randint(0, 2 ** 62, (2,), generator=torch.Generator().manual_seed(7)).tolist()
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, threads // 2))  # the workers' thread count: same float reductions
     try:
-        alone = [fit(spec, ds, pairs[:2], [0, 1], hps[:2], torch.Generator().manual_seed(seeds[0]), **opts),
-                 fit(spec, ds, pairs[2:], [0], hps[2:], torch.Generator().manual_seed(seeds[1]), **opts)]
+        alone = [fit(spec, ds, pairs[:2], [0, 1], hps[:2], torch.Generator().manual_seed(seeds[0]), opts),
+                 fit(spec, ds, pairs[2:], [0], hps[2:], torch.Generator().manual_seed(seeds[1]), opts)]
     finally:
         torch.set_num_threads(threads)
     for k in alone[0].final:
@@ -116,7 +120,7 @@ def test_divergence_in_a_worker_fails_the_run_naming_replicas_of_the_run(tmp_pat
     pairs = [(s.train, s.test) for s in select_splits(ds, [0, 1], spec.split_scheme)]
     with pytest.raises(DivergenceError, match=r"replica\(s\) \[5, 6\]"):
         fit(spec, ds, pairs, [0, 1], [dict(spec.fixed)] * 2, torch.Generator().manual_seed(0),
-            device=torch.device("cpu"), dtype=torch.float32, replica_offset=5)
+            FitOptions(device=torch.device("cpu"), dtype=torch.float32, replica_offset=5))
 
 
 @pytest.mark.parametrize("bad, msg", [("workers=0", "workers must be"), ("workers=2 device=cuda", "device=cuda")])

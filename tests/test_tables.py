@@ -344,8 +344,8 @@ def test_slang_table1_reference_is_the_authors_csv():
 
 def test_regression_subset_per_experiment():
     """CI re-runs the small UCI sets' cells, except where an experiment names its own (NNG: yacht only)."""
-    from bnnbench.cli import experiment_spec
-    from bnnbench.regression import is_fast
+    from bnnbench.config import experiment_spec
+    from bnnbench.regression_check import is_fast
     nng, slang = experiment_spec("nng_table1"), experiment_spec("slang_table2")
     assert is_fast({"method": "noisy_adam", "data": "uci/yacht"}, nng)
     assert not is_fast({"method": "noisy_kfac", "data": "uci/boston"}, nng)

@@ -265,23 +265,9 @@ def ensure_dataset_files(name: str) -> dict[str, Path]:
 
 # ----------------------------------------------------------------------------- npz
 def atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """``np.savez`` to a temp file in the same directory, then ``os.replace``."""
-    tmp = _tmp_in(path.parent, path.name)
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        try:
-            os.chmod(tmp, 0o644)
-        except OSError:
-            pass
-        os.replace(tmp, path)
-        tmp = None
-    finally:
-        if tmp is not None:
-            try:
-                tmp.unlink()
-            except FileNotFoundError:
-                pass
+    """``np.savez`` of ``arrays``, atomically (``results.atomic_write``)."""
+    from bnnbench.results import save_npz
+    save_npz(path, **arrays)
 
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:

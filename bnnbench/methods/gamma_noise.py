@@ -17,7 +17,7 @@ import math
 import torch
 
 from bnnbench.methods.base import adam
-from bnnbench.protocol import ConfigError
+from bnnbench.config import ConfigError
 
 LOG_2PI = math.log(2 * math.pi)
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bnnbench.results import load_record, run_dir
+
 FAST_DATASETS = ("uci/boston", "uci/concrete", "uci/energy", "uci/wine", "uci/yacht")
 FAST_EXACT_DATASETS = ("libsvm/australian", "libsvm/breast_cancer")
 
@@ -31,9 +33,9 @@ def is_fast(cell: dict, spec: dict | None = None) -> bool:
 
 
 def main(args) -> int:
-    from bnnbench.cli import cell_own_overrides, compose, experiment_spec, list_names
+    from bnnbench.config import cell_own_overrides, compose, experiment_spec, list_names
+    from bnnbench.execute import execute
     from bnnbench.logreg import EXACT_METHODS
-    from bnnbench.run import execute
     from bnnbench.tables import KEYS, build_table, compare_verdicts, load_table
 
     results, runs_root = Path(args.results), Path(args.runs_root)
@@ -47,17 +49,16 @@ def main(args) -> int:
         done = []
         for cell in spec["runs"]:
             label = cell.get("label") or cell["method"]
-            src = results / "runs" / exp / label / cell["data"].replace("/", "__")
-            if not is_fast(cell, spec) or not (src / "record.json").exists():
+            src = run_dir(results / "runs", exp, label, cell["data"])
+            if not is_fast(cell, spec) or load_record(src) is None:
                 continue
             hpo = [] if cell["method"] in EXACT_METHODS else ["hpo=recorded", f"hpo.record={src}"]
             ov = [f"experiment={exp}", f"method={cell['method']}", f"data={cell['data']}", *hpo,
                   f"runs_root={runs_root}", "progress=false", "skip_done=false",
                   f"label={label}",
                   *cell_own_overrides(cell, results / "runs")]
-            run_dir = runs_root / exp / label / cell["data"].replace("/", "__")
             print(f"== regression {exp}: {label} on {cell['data']}", flush=True)
-            execute(compose(ov), ov, run_dir)
+            execute(compose(ov), ov, run_dir(runs_root, exp, label, cell["data"]))
             done.append(cell)
         if not done:
             continue

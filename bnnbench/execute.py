@@ -1,0 +1,199 @@
+"""One run: a method on a data set under a protocol, all splits at once.
+
+1. resolve the protocol (``bnnbench.protocol``) and load the data set (fetched on first use);
+2. choose hyper-parameters per split without the test rows (``selection``);
+3. train the final model on every training split as one batched program (``fit``, ``replica_workers``,
+   ``stages``) and evaluate on the test rows;
+4. write ``record.json`` (or ``failed.json`` with the reason when training diverges) through ``results``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from bnnbench import logreg, results
+from bnnbench.config import ConfigError
+from bnnbench.data import load_dataset
+from bnnbench.engine import DivergenceError
+from bnnbench.exact_vi import NotConvergedError
+from bnnbench.fit import FitOptions
+from bnnbench.metrics import STDERR_CONVENTION, summarise
+from bnnbench.protocol import resolve
+from bnnbench.replica_workers import fit_replicas
+from bnnbench.selection import recorded_hparams, select_hparams
+from bnnbench.splits import run_splits
+from bnnbench.stages import fit_stages
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def validate(cfg: DictConfig) -> None:
+    """Fail at start, with the valid values, on settings that cannot work."""
+    def need(ok, msg):
+        if not ok:
+            raise ConfigError(msg)
+    need(isinstance(cfg.seed, int) and cfg.seed >= 0, f"seed must be a non-negative integer, got {cfg.seed!r}")
+    need(cfg.get("dtype", "float32") in ("float32", "float64"), f"dtype must be float32 or float64, got {cfg.dtype!r}")
+    need(str(cfg.get("device", "cpu")).split(":")[0] in ("cpu", "cuda"), f"device must be cpu or cuda[:N], got {cfg.device!r}")
+    w = cfg.get("workers")
+    need(w is None or (isinstance(w, int) and w >= 1), f"workers must be null or an integer >= 1, got {w!r}")
+    need(w in (None, 1) or str(cfg.get("device", "cpu")) == "cpu",
+         "workers > 1 splits the replicas over CPU processes; with device=cuda use workers=null")
+    m = cfg.method
+    for k in ("lr", "eps", "length_scale", "init_prec", "init_std"):
+        if m.get(k) is not None:
+            need(isinstance(m[k], (int, float)) and m[k] > 0, f"method.{k} must be a positive number, got {m[k]!r}")
+    if m.get("train_samples") is not None:
+        need(isinstance(m.train_samples, int) and m.train_samples >= 1,
+             f"method.train_samples must be an integer >= 1, got {m.train_samples!r}")
+    if m.get("betas") is not None:
+        need(len(m.betas) == 2 and all(0 <= b < 1 for b in m.betas), f"method.betas must be two numbers in [0, 1), got {list(m.betas)}")
+    need(cfg.hpo.kind in ("fixed", "grid", "bo", "recorded"), f"hpo.kind must be fixed, grid, bo or recorded, got {cfg.hpo.kind!r}")
+
+
+def device_of(cfg) -> torch.device:
+    dev = torch.device(cfg.get("device", "cpu"))
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda was asked for but torch.cuda.is_available() is False")
+    return dev
+
+
+def resolve_run(cfg: DictConfig, overrides: list[str]):
+    """The data set, run spec and splits of ``cfg``, and the resolved configuration that a record stores and
+    whose hash (``results.config_hash``) decides whether a finished record can be reused."""
+    ds = load_dataset(cfg.data.name)
+    spec = resolve(cfg, overrides, meta=ds.meta)
+    if ds.task != spec.task and not (spec.task == "binary" and ds.task == "binary"):
+        raise ConfigError(f"protocol {cfg.protocol.name!r} is for {spec.task} but {ds.name} is a {ds.task} data set")
+    splits = run_splits(ds, spec)
+    resolved = {"method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
+                "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
+                "dtype": cfg.get("dtype", "float32"), "workers": cfg.get("workers")}
+    return ds, spec, splits, resolved
+
+
+def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> dict:
+    """Run ``cfg`` and write its record (or failure) into ``run_dir``; returns the record.
+
+    Settings are checked before anything is created; the run directory is then held by this process
+    (``results.claimed``) until the record is written. A finished record of the same configuration is reused
+    (``skip_done``); one of another configuration is never replaced silently."""
+    validate(cfg)
+    with results.claimed(run_dir):
+        return _execute(cfg, overrides, Path(run_dir), log)
+
+
+def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
+    t0 = time.perf_counter()
+    commit = results.git_commit()  # first call in the process: the code this process runs
+    ds, spec, splits, resolved = resolve_run(cfg, overrides)
+    device = device_of(cfg)
+    dtype = {"float32": torch.float32, "float64": torch.float64}[cfg.get("dtype", "float32")]
+    torch.manual_seed(int(cfg.seed))
+    chash = results.config_hash(resolved)
+    base = {"status": "ok", "method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
+            "experiment": cfg.get("experiment", {}).get("name") if cfg.get("experiment") else None,
+            "seed": int(cfg.seed), "config_hash": chash, "device": str(device),
+            "config": {**resolved, "hydra_overrides": list(overrides)}}
+    existing = results.load_record(run_dir)
+    if existing is not None and cfg.get("skip_done", True):
+        if results.is_done(run_dir, chash):
+            log(f"skip: {run_dir} already holds a finished record of this configuration")
+            return existing
+        differ = results.config_diff(existing.get("config", {}), resolved)
+        raise ConfigError(f"{run_dir} holds a record of another configuration (it differs in "
+                          f"{', '.join(differ) or 'its status'}); add label=<name> to keep both, "
+                          "or skip_done=false to replace it")
+
+    resume = results.ResumeFiles(run_dir, chash, len(spec.stages or []))
+    resumed_from = resume.describe()
+    if resumed_from:
+        log(f"resuming from {resumed_from} (saved in {run_dir})")
+    if cfg.method.name in logreg.EXACT_METHODS:
+        return _execute_exact(spec, ds, splits, base, run_dir, t0, commit)
+    if spec.hpo.get("kind") == "recorded":
+        hparams = recorded_hparams(spec, splits)
+        trace, hpo_replayed_s = [], 0.0
+    else:
+        hparams, trace, hpo_replayed_s = select_hparams(
+            spec, ds, splits, int(cfg.seed), device=device, dtype=dtype, progress=cfg.get("progress", False), log=log,
+            resume=resume.hpo, workers=cfg.get("workers"))
+    t_hpo = time.perf_counter() - t0 + hpo_replayed_s   # rounds replayed from a checkpoint count with their time
+    gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
+    pairs = [(s.train, s.test) for s in splits]
+    opts = FitOptions(device=device, dtype=dtype, eval_every=spec.eval_every, stop_on_divergence=True,
+                      progress=cfg.get("progress", False), desc=f"{cfg.method.name} {ds.name}",
+                      checkpoint=resume.fit, checkpoint_every=int(cfg.get("checkpoint_every", 10)))
+    workers = cfg.get("workers")
+    try:
+        if spec.stages:
+            res, stages = fit_stages(spec, ds, hparams, gen, resume.stages, opts, workers=workers)
+        else:
+            res, stages = fit_replicas(spec, ds, pairs, list(range(len(pairs))), hparams, gen,
+                                       replace(opts, eval_samples_final=spec.eval_samples_final), workers=workers), None
+    except DivergenceError as e:
+        results.write_failure(run_dir, str(e), {**base, "hparams": hparams,
+                                                 "wall_time_s": time.perf_counter() - t0})
+        resume.remove()
+        raise
+    keys = [k for k in res.final if k != "train_objective"]
+    per_split = [{"split": s.name, **{k: float(res.final[k][i]) for k in keys}} for i, s in enumerate(splits)]
+    if spec.posterior_metrics == "logreg":
+        rows = logreg.method_metrics(res.method, res.state, ds, splits, _logreg_priors(spec, ds, hparams),
+                                     spec.exact_gtol or 1e-6, run_dir=run_dir)
+        per_split = [{**p, **r} for p, r in zip(per_split, rows)]
+        keys = [*keys, *rows[0]]
+    record = {**base, "metrics": per_split,
+              "summary": {k: summarise([m[k] for m in per_split]) for k in keys},
+              "stderr_convention": STDERR_CONVENTION, "loglik_convention_of_paper": spec.loglik,
+              "hparams": [{"split": s.name, **h} for s, h in zip(splits, hparams)], "hpo_trace": trace,
+              "wall_time_s": time.perf_counter() - t0 + hpo_replayed_s + res.resumed_s, "hpo_time_s": t_hpo,
+              "train_time_s": res.wall_time_s,
+              "train_steps": res.steps, "versions": results.versions(), "git_commit": commit,
+              **({"stages": stages} if stages else {})}
+    results.write_record(run_dir, record, history={"epochs": res.history.epochs, "metrics": res.history.metrics,
+                                                   "splits": [s.name for s in splits]})
+    resume.remove()
+    return record
+
+
+def _logreg_priors(spec, ds, hparams):
+    if spec.model_hidden:
+        raise ConfigError("posterior_metrics=logreg needs a linear model (protocol hidden: [])")
+    D = int(np.prod(ds.X.shape[1:]))
+    return [logreg.prior_vector(D, h.get("prior_prec", 1.0), spec.bias_prior_prec) for h in hparams]
+
+
+def _execute_exact(spec, ds, splits, base, run_dir, t0, commit):
+    """The exact Gaussian VI columns (``exact_full``, ``exact_mf``): L-BFGS per split, no training loop."""
+    if spec.task != "binary":
+        raise ConfigError(f"{base['method']} is exact VI for logistic regression; {ds.name} is a {spec.task} data set")
+    if spec.hpo.get("kind") not in ("fixed", None):
+        raise ConfigError(f"{base['method']} takes the protocol's fixed prior precision (hpo=fixed)")
+    hparams = [dict(spec.fixed) for _ in splits]
+    lams = _logreg_priors(spec, ds, hparams)
+    family = logreg.EXACT_METHODS[base["method"]]
+    gtol = spec.exact_gtol or 1e-6
+    try:
+        rows, info = logreg.exact_metrics(ds, splits, lams, family, gtol, run_dir=run_dir)
+    except NotConvergedError as e:
+        results.write_failure(run_dir, str(e), {**base, "hparams": hparams, "wall_time_s": time.perf_counter() - t0})
+        raise
+    per_split = [{"split": s.name, **r} for s, r in zip(splits, rows)]
+    record = {**base, "metrics": per_split,
+              "summary": {k: summarise([m[k] for m in per_split]) for k in rows[0]},
+              "stderr_convention": STDERR_CONVENTION, "loglik_convention_of_paper": spec.loglik,
+              "hparams": [{"split": s.name, **h} for s, h in zip(splits, hparams)], "hpo_trace": [],
+              "exact": {"family": family, "gtol": gtol, **info},
+              "wall_time_s": time.perf_counter() - t0, "hpo_time_s": 0.0, "train_time_s": time.perf_counter() - t0,
+              "train_steps": info["lbfgs_iterations"], "versions": results.versions(), "git_commit": commit}
+    results.write_record(run_dir, record)
+    return record

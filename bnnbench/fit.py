@@ -1,0 +1,80 @@
+"""One batched program: a method trained on many replicas at once, each with its own rows and hyper-parameters.
+
+``fit`` builds the network and the method for a run's settings, the per-replica data (``engine.ReplicaData``)
+and the ``Problem`` a method sees, then hands them to ``engine.train``. It runs in this process;
+``replica_workers`` splits the replica axis over processes around it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bnnbench.engine import ReplicaData, TrainResult, train
+from bnnbench.methods import Problem, method_class
+from bnnbench.methods.base import hyper_state
+from bnnbench.models import MLP
+from bnnbench.protocol import RunSpec
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """How one program trains, beyond the protocol's settings (``None``: the protocol's value)."""
+    device: torch.device
+    dtype: torch.dtype
+    epochs: int | None = None
+    eval_every: int | None = None          # epochs between evaluations kept in the history
+    eval_samples: int | None = None
+    eval_samples_final: int | None = None  # posterior samples of the last evaluation
+    stop_on_divergence: bool = True        # False: mark diverged replicas and go on (hyper-parameter search)
+    checkpoint: Path | None = None         # resume file of this program
+    checkpoint_every: int = 10
+    progress: bool = False
+    desc: str = ""
+    replica_offset: int = 0                # the first replica's number in messages (a chunk of a larger program)
+
+
+def build_method(spec: RunSpec, ds):
+    """The network and the method object of ``spec`` for data set ``ds``."""
+    out_dim = 1 if spec.task != "multiclass" else int(ds.n_classes)
+    model = MLP([int(np.prod(ds.X.shape[1:])), *spec.model_hidden, out_dim], spec.activation)
+    return method_class(spec.method.name)(spec.method, model, spec.likelihood)
+
+
+def make_problem(spec: RunSpec, model: MLP, data: ReplicaData, hparams: list[dict]) -> Problem:
+    """Per-replica hyper-parameters -> the ``Problem`` a method sees (training units)."""
+    dev, dt = data.x_train.device, data.x_train.dtype
+    R = data.n_replicas
+    lam = torch.tensor([h.get("prior_prec", 1.0) for h in hparams], device=dev, dtype=dt)
+    prior = lam[:, None].expand(R, model.n_params).clone()
+    if spec.bias_prior_prec is not None:
+        prior[:, model.bias_mask(dev)] = float(spec.bias_prior_prec)
+    noise = y_scale = dropout = None
+    if spec.likelihood == "gaussian":
+        y_scale = data.replica("y_std")
+        tau = torch.tensor([h["noise_prec"] for h in hparams], device=dev, dtype=dt)
+        noise = tau * y_scale ** 2 if spec.noise_prec_units == "original" else tau
+    if "dropout" in hparams[0]:
+        dropout = torch.tensor([h["dropout"] for h in hparams], device=dev, dtype=dt)
+    return Problem(likelihood=spec.likelihood, n_data=data.n_train[data.data_index], prior_prec=prior,
+                   noise_prec=noise, y_scale=y_scale, dropout=dropout)
+
+
+def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptions,
+        init_state=None) -> TrainResult:
+    """Train one batched program in this process: replica r trains on ``pairs[data_index[r]]`` with ``hparams[r]``.
+    ``init_state`` continues a trained state (a later stage) with this data's sizes and priors."""
+    method = build_method(spec, ds)
+    data = ReplicaData.build(ds.X, ds.y, pairs, data_index, spec.normalize_x,
+                             spec.normalize_y and spec.task == "regression", device=opts.device, dtype=opts.dtype)
+    problem = make_problem(spec, method.model, data, hparams)
+    state = method.init(problem, generator) if init_state is None else {**init_state, **hyper_state(problem)}
+    return train(method, state, data, epochs=opts.epochs or spec.epochs, batch_size=spec.batch_size,
+                 lr_drop=spec.lr_drop, eval_samples=opts.eval_samples or spec.eval_samples,
+                 eval_samples_final=opts.eval_samples_final, generator=generator, task=spec.task,
+                 eval_every=opts.eval_every, stop_on_divergence=opts.stop_on_divergence, progress=opts.progress,
+                 desc=opts.desc, checkpoint=opts.checkpoint, checkpoint_every=opts.checkpoint_every,
+                 replica_offset=opts.replica_offset)
