@@ -45,6 +45,7 @@ def compose(overrides: list[str]):
     """The configuration of ``config.yaml`` with Hydra ``overrides`` applied (no run directory, no logging)."""
     from hydra import compose as hcompose, initialize_config_dir
     register_resolvers()
+    overrides = check_overrides(list(overrides))
     with initialize_config_dir(config_dir=config_dir(), version_base=None):
         return hcompose(config_name="config", overrides=overrides)
 
@@ -86,10 +87,66 @@ def cell_own_overrides(cell: dict, runs_root) -> list[str]:
 
 
 def compose_checked(overrides: list[str]):
-    """``compose``, with every way an override can be wrong turned into a ``ConfigError`` that says what is valid."""
+    """``compose`` after ``check_overrides``, with every way an override can be wrong turned into a ``ConfigError``
+    that says what is valid."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
     try:
         return compose(overrides)
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+
+
+def check_overrides(overrides: list[str]) -> list[str]:
+    """Check every ``key=value`` override against what its config group can hold, and return the overrides as
+    Hydra must apply them.
+
+    A key of a typed group (``schema.SCHEMAS``: protocol, hpo) may be set whether or not the chosen file sets it,
+    with or without ``+``, and its value must have the schema's type; a key of a method, the model or the top level
+    must be one that the chosen file has (``+`` cannot add a key nothing reads). An unknown key is an error listing
+    the valid keys of its group."""
+    from dataclasses import fields
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from bnnbench.schema import SCHEMAS
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    choices = [o for o, p in zip(overrides, parsed) if p.key_or_group in GROUPS]
+    base = None
+    out = []
+    for text, p in zip(overrides, parsed):
+        key = p.key_or_group
+        group, _, sub = key.partition(".")
+        if key in GROUPS or group == "hydra" or p.is_delete():
+            out.append(text)
+            continue
+        if group in SCHEMAS and sub:
+            schema = SCHEMAS[group]
+            name = sub.split(".")[0]
+            valid = [f.name for f in fields(schema)]
+            if name not in valid:
+                raise ConfigError(_unknown(key, valid, group))
+            if "." not in sub and not p.is_sweep_override():
+                try:
+                    OmegaConf.merge(OmegaConf.structured(schema), {name: p.value()})
+                except OmegaConfBaseException as e:
+                    raise ConfigError(f"{key}={p.get_value_element_as_str()}: {str(e).splitlines()[0]}") from None
+            out.append(f"++{key}={p.get_value_element_as_str()}")
+            continue
+        if base is None:
+            base = compose(choices)
+        node = base if not sub else base.get(group)
+        name = (sub or group).split(".")[0]
+        if node is None or not OmegaConf.is_dict(node) or name not in node:
+            valid = sorted(node.keys()) if node is not None and OmegaConf.is_dict(node) else []
+            raise ConfigError(_unknown(key, [str(k) for k in valid], group if sub else "the top level"))
+        out.append(text.lstrip("+") if p.is_add() else text)
+    return out
+
+
+def _unknown(key: str, valid: list[str], where: str) -> str:
+    close = difflib.get_close_matches(key.split(".")[-1], valid, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown key {key!r}{hint}; valid keys of {where}: {', '.join(valid)}"
