@@ -173,8 +173,11 @@ def atomic_write_text(path: Path, text: str) -> Path:
     return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
-def atomic_write_json(path: Path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=1, default=_jsonable))
+def atomic_write_json(path: Path, obj, compact: bool = False) -> None:
+    """``obj`` as JSON, atomically: indented for reading, or ``compact`` (one line, no spaces) for bulk data."""
+    text = json.dumps(obj, separators=(",", ":"), default=_jsonable) if compact else \
+        json.dumps(obj, indent=1, default=_jsonable)
+    atomic_write_text(path, text)
 
 
 def _jsonable(o):
@@ -203,7 +206,7 @@ def config_hash(config: dict) -> str:
 def write_record(run_dir: Path, record: dict, history: dict | None = None) -> Path:
     run_dir = Path(run_dir)
     if history is not None:
-        atomic_write_json(run_dir / HISTORY, history)
+        atomic_write_json(run_dir / HISTORY, history, compact=True)  # metrics per evaluation and replica
     atomic_write_json(run_dir / RECORD, record)
     (run_dir / FAILED).unlink(missing_ok=True)
     return run_dir / RECORD
