@@ -36,7 +36,9 @@ def main(args) -> int:
     from bnnbench.config import cell_own_overrides, compose, experiment_spec, list_names
     from bnnbench.execute import execute
     from bnnbench.logreg import EXACT_METHODS
-    from bnnbench.tables import KEYS, build_table, compare_verdicts, load_table
+    from bnnbench.reference import KEYS
+    from bnnbench.tables import build_table, load_table
+    from bnnbench.verdicts import compare_verdicts
 
     results, runs_root = Path(args.results), Path(args.runs_root)
     moved_all, checked = [], 0

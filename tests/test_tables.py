@@ -1,4 +1,4 @@
-"""Tests of the table/verdict layer (bnnbench.tables). Fast: no training."""
+"""Tests of the table/verdict layer (bnnbench.tables, .verdicts, .reference, .render). Fast: no training."""
 
 import json
 import math
@@ -7,17 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bnnbench import tables
-from bnnbench.tables import (
-    COLUMNS,
-    build_table,
-    compare_verdicts,
-    load_table,
-    render_latex,
-    render_markdown,
-    verdict,
-    write_tables,
-)
+from bnnbench.reference import REFERENCE_DIR
+from bnnbench.render import render_latex, render_markdown
+from bnnbench.tables import COLUMNS, build_table, load_table, write_tables
+from bnnbench.verdicts import VERDICTS, compare_verdicts, verdict
 
 DATASETS = ["uci/boston", "uci/concrete", "uci/energy", "uci/kin8nm",
             "uci/naval", "uci/power", "uci/wine", "uci/yacht"]
@@ -179,12 +172,12 @@ def test_build_table_joins_reference(runs):
     df = build_table(SPEC, runs)
     assert list(df.columns[: len(COLUMNS)]) == COLUMNS
     # published cells: 8 datasets x 2 methods x 2 metrics, all printed in Table 2
-    ref = pd.read_csv(tables.REFERENCE_DIR / "slang_table2_uci.csv", dtype=str,
+    ref = pd.read_csv(REFERENCE_DIR / "slang_table2_uci.csv", dtype=str,
                       keep_default_na=False)
     sel = ref[ref.method.isin(["BBB", "SLANG"])]
     assert len(df) == len(sel) == 32
     assert not df.duplicated(subset=["dataset", "method", "setting", "metric"]).any()
-    assert set(df.verdict) <= set(tables.VERDICTS)
+    assert set(df.verdict) <= set(VERDICTS)
 
     c = _cell(df, "boston", "BBB", "test_rmse")
     assert c.setting == "" and c.paper == pytest.approx(3.43) and c.paper_err == pytest.approx(0.20)
