@@ -12,7 +12,7 @@ replicas (prior and noise precisions, dropout rates) live in the state too.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -43,7 +43,7 @@ class Problem:
     prior_prec: torch.Tensor        # [R, P] per-parameter prior precision lambda
     noise_prec: torch.Tensor | None = None  # [R] Gaussian noise precision in the training (normalised) units
     y_scale: torch.Tensor | None = None     # [R] std of the training targets (regression): tau_orig = tau / y_scale^2
-    dropout: torch.Tensor | None = None     # [R] (MC dropout only)
+    hparams: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [R]: the method's ``replica_hparams``
 
     @property
     def n_replicas(self) -> int:
@@ -66,8 +66,7 @@ def hyper_state(problem: Problem) -> State:
         state["noise_prec"] = problem.noise_prec
     if problem.y_scale is not None:
         state["y_scale"] = problem.y_scale
-    if problem.dropout is not None:
-        state["dropout"] = problem.dropout
+    state.update(problem.hparams)
     return state
 
 
@@ -86,6 +85,9 @@ class Method:
     """Base class: subclasses define ``init``, ``noise``, ``step`` and ``predict``."""
 
     name = "method"
+    # per-replica hyper-parameters the method reads from its state besides the prior and noise precisions: each a
+    # ``Problem.hparams`` entry ``[R]`` (``run.make_problem`` builds them from the replicas' hyper-parameters)
+    replica_hparams: tuple[str, ...] = ()
     lr_scale = 1.0  # set by the engine's learning-rate schedule
     # False where ``step`` builds no autograd graph: ``update`` then runs in inference mode (~10% less per-op
     # overhead at UCI scale), and the state it returns holds inference tensors

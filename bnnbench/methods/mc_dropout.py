@@ -19,9 +19,10 @@ from bnnbench.methods.base import Method, Problem, State, adam, hyper_state
 
 class MCDropout(Method):
     name = "mc_dropout"
+    replica_hparams = ("dropout",)
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
-        if problem.dropout is None or self.likelihood != "gaussian":
+        if "dropout" not in problem.hparams or self.likelihood != "gaussian":
             raise ValueError("mc_dropout needs a Gaussian likelihood and a dropout rate per replica")
         R = problem.n_replicas
         dev, dt = problem.prior_prec.device, problem.prior_prec.dtype
