@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench import methods
-from bnnbench.engine import ReplicaData, Standardiser, epoch_batches, evaluate, make_batch
+from bnnbench.engine import ReplicaData, Standardiser, epoch_batches, evaluate, make_batch, train
 from bnnbench.methods import METHODS, MAP, Batch, Problem, slice_state
 from bnnbench.models import MLP
 from bnnbench.protocol import RunSpec
@@ -122,6 +122,30 @@ def test_declared_replica_hparams_reach_the_state_per_replica(monkeypatch, name,
     if declared:
         expected = torch.tensor([h[declared] for h in hparams], dtype=DT)
         assert state[declared].dtype == DT and torch.equal(state[declared], expected)
+
+
+def test_lr_drop_is_the_lr_scale_passed_to_update():
+    """``train`` with ``lr_drop = {at: 0.5, factor: 0.25}`` makes exactly the updates ``update(..., lr_scale)`` makes by
+    hand with scale 1 for the first half of the epochs and 0.25 after."""
+    X, y = _toy(n=30)
+    data = ReplicaData.build(X, y, [(np.arange(0, 20), np.arange(20, 30))], data_index=[0, 0], dtype=DT)
+    model = MLP([3, 5, 1])
+    method = METHODS["vadam"](OmegaConf.create(METHOD_CFGS["vadam"]), model, "gaussian")
+    prob = Problem("gaussian", data.n_train[data.data_index], torch.ones(2, model.n_params, dtype=DT),
+                   noise_prec=torch.tensor([1.0, 2.0], dtype=DT), y_scale=data.replica("y_std"))
+    state0 = method.init(prob, torch.Generator().manual_seed(1))
+    res = train(method, state0, data, epochs=4, batch_size=8, eval_samples=1, generator=torch.Generator().manual_seed(2),
+                task="regression", lr_drop={"at": 0.5, "factor": 0.25})
+
+    def by_hand(scales):
+        g, state = torch.Generator().manual_seed(2), state0
+        for scale in scales:
+            for rows in epoch_batches(data, 8, g):
+                state, _ = method.update(state, make_batch(data, rows), g, lr_scale=scale)
+        return state
+    dropped, constant = by_hand([1.0, 1.0, 0.25, 0.25]), by_hand([1.0] * 4)
+    assert all(torch.equal(res.state[k], dropped[k]) for k in dropped)
+    assert not torch.equal(res.state["mean"], constant["mean"])
 
 
 def test_standardisation_uses_training_rows_only_and_guards_constant_columns():

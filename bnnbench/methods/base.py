@@ -88,7 +88,6 @@ class Method:
     # per-replica hyper-parameters the method reads from its state besides the prior and noise precisions: each a
     # ``Problem.hparams`` entry ``[R]`` (``run.make_problem`` builds them from the replicas' hyper-parameters)
     replica_hparams: tuple[str, ...] = ()
-    lr_scale = 1.0  # set by the engine's learning-rate schedule
     # False where ``step`` builds no autograd graph: ``update`` then runs in inference mode (~10% less per-op
     # overhead at UCI scale), and the state it returns holds inference tensors
     needs_autograd = True
@@ -106,14 +105,16 @@ class Method:
     def noise(self, state: State, batch: Batch, generator: torch.Generator):
         raise NotImplementedError
 
-    def step(self, state: State, batch: Batch, noise) -> tuple[State, dict]:
+    def step(self, state: State, batch: Batch, noise, lr_scale: float = 1.0) -> tuple[State, dict]:
+        """One update from the draws ``noise``; ``lr_scale`` multiplies the step sizes (the engine's schedule)."""
         raise NotImplementedError
 
-    def update(self, state: State, batch: Batch, generator: torch.Generator) -> tuple[State, dict]:
+    def update(self, state: State, batch: Batch, generator: torch.Generator,
+               lr_scale: float = 1.0) -> tuple[State, dict]:
         if self.needs_autograd:
-            return self.step(state, batch, self.noise(state, batch, generator))
+            return self.step(state, batch, self.noise(state, batch, generator), lr_scale)
         with torch.inference_mode():
-            return self.step(state, batch, self.noise(state, batch, generator))
+            return self.step(state, batch, self.noise(state, batch, generator), lr_scale)
 
     def predict(self, state: State, x: torch.Tensor, n_samples: int,
                 generator: torch.Generator) -> Predictive:

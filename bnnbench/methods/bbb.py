@@ -66,20 +66,20 @@ class BBB(Method):
         kl = kl_diag_gaussians(mean, sigma * sigma, torch.zeros_like(mean), prior_var)
         return nll + kl / state["n_data"].to(nll.dtype), nll, kl, f
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         mean = state["mean"].detach().requires_grad_(True)
         rho = state["rho"].detach().requires_grad_(True)
         with torch.enable_grad():
             obj, nll, kl, f = self.objective(state, mean, rho, batch, noise)
             g_mean, g_rho = torch.autograd.grad(obj.sum(), [mean, rho])
         t = state["t"] + 1
-        lr, betas, eps = float(self.cfg.lr) * self.lr_scale, tuple(self.cfg.betas), float(self.cfg.eps)
+        lr, betas, eps = float(self.cfg.lr) * lr_scale, tuple(self.cfg.betas), float(self.cfg.eps)
         new_mean, m_mean, v_mean = adam(state["mean"], g_mean, state["m_mean"], state["v_mean"], t, lr, betas, eps)
         new_rho, m_rho, v_rho = adam(state["rho"], g_rho, state["m_rho"], state["v_rho"], t, lr, betas, eps)
         new = {**state, "mean": new_mean, "rho": new_rho, "m_mean": m_mean, "v_mean": v_mean,
                "m_rho": m_rho, "v_rho": v_rho, "t": t}
         if "log_ab" in state:
-            new.update(gamma_noise.step(self.cfg, state, f, batch.y, self.lr_scale))
+            new.update(gamma_noise.step(self.cfg, state, f, batch.y, lr_scale))
         return new, {"objective": obj.detach(), "nll": nll.detach(), "kl": kl.detach()}
 
     def gaussian(self, state):

@@ -118,10 +118,10 @@ class FullGaussian(Method):
                 out[r] += hessian(total_nll)(theta[r, s])
         return out
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         mean, prec, lam = state["mean"], state["prec"], state["prior_prec"]
         t = state["t"] + 1
-        alpha = self.lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)
+        alpha = lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)
         beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)
         theta = self.sample(state, noise)
         if self.diagonal and not self.model.is_linear and self.cfg.curvature in ("ef", "ggn"):

@@ -24,7 +24,7 @@ class MAP(Method):
     def noise(self, state, batch, generator):
         return None
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         theta = state["theta"].detach().requires_grad_(True)
         with torch.enable_grad():
             f = self.model.forward(theta.unsqueeze(1), batch.x)
@@ -33,7 +33,7 @@ class MAP(Method):
             obj = nll + reg
             (g,) = torch.autograd.grad(obj.sum(), [theta])
         t = state["t"] + 1
-        new_theta, m, v = adam(state["theta"], g, state["m"], state["v"], t, float(self.cfg.lr) * self.lr_scale,
+        new_theta, m, v = adam(state["theta"], g, state["m"], state["v"], t, float(self.cfg.lr) * lr_scale,
                                tuple(self.cfg.betas), float(self.cfg.eps))
         return {**state, "theta": new_theta, "m": m, "v": v, "t": t}, {"objective": obj.detach(), "nll": nll.detach()}
 

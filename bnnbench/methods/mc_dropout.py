@@ -40,7 +40,7 @@ class MCDropout(Method):
         l2 = float(self.cfg.length_scale) ** 2
         return l2 * (1 - state["dropout"]) / (2 * state["n_data"].to(tau_orig.dtype) * tau_orig)
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         theta = state["theta"].detach().requires_grad_(True)
         with torch.enable_grad():
             f = self.model.forward(theta.unsqueeze(1), batch.x, dropout_masks=noise)
@@ -50,7 +50,7 @@ class MCDropout(Method):
             obj = mse + reg
             (g,) = torch.autograd.grad(obj.sum(), [theta])
         t = state["t"] + 1
-        new_theta, m, v = adam(state["theta"], g, state["m"], state["v"], t, float(self.cfg.lr) * self.lr_scale,
+        new_theta, m, v = adam(state["theta"], g, state["m"], state["v"], t, float(self.cfg.lr) * lr_scale,
                                tuple(self.cfg.betas), float(self.cfg.eps))
         return {**state, "theta": new_theta, "m": m, "v": v, "t": t}, {"objective": obj.detach()}
 

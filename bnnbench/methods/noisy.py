@@ -87,9 +87,9 @@ class _NoisyBase(Method):
         """lambda / (N eta) = kl_weight * prior_prec / N, per parameter ``[R, P]``."""
         return float(self.cfg.kl_weight) * state["prior_prec"] / state["n_data"].to(state["mean"].dtype)[:, None]
 
-    def _noise_step(self, state, f, y):
+    def _noise_step(self, state, f, y, lr_scale):
         """Adam step on q(tau)'s (log a, log b) (``gamma_noise.step``); nothing without a learned noise."""
-        return gamma_noise.step(self.cfg, state, f, y, self.lr_scale) if "log_ab" in state else {}
+        return gamma_noise.step(self.cfg, state, f, y, lr_scale) if "log_ab" in state else {}
 
     def sampled_targets(self, state, f, generator_noise):
         """y~ ~ p(y | x, w) for the true Fisher (Gaussian with E_q[tau], Bernoulli, categorical)."""
@@ -162,7 +162,7 @@ class NoisyAdam(_NoisyBase):
                           device=mean.device)
         return self.model.sampled_layers(mean, self.std(state), eps)
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         eps, y_noise = noise
         mean, gin = state["mean"], self.gamma_in(state)
         layers = self.model.sampled_layers(mean, self.std(state), eps)
@@ -175,13 +175,13 @@ class NoisyAdam(_NoisyBase):
         fisher_b = sum_sq_grads(self.model, acts, ds) / batch.x.shape[1]     # [R, S, P]
         w = mean.unsqueeze(1) + self.std(state).unsqueeze(1) * eps            # the sampled weights [R, S, P]
         v = (g - gin.unsqueeze(1) * w).mean(1)
-        b1, b2 = float(self.cfg.betas[0]), 1 - (1 - float(self.cfg.betas[1])) * self.lr_scale
+        b1, b2 = float(self.cfg.betas[0]), 1 - (1 - float(self.cfg.betas[1])) * lr_scale
         t = state["t"] + 1
         m = b1 * state["m"] + (1 - b1) * v
         fisher = b2 * state["f"] + (1 - b2) * fisher_b.mean(1)
         m_hat = m / (1 - b1 ** t.to(mean.dtype))[:, None]
-        new_mean = mean + float(self.cfg.lr) * self.lr_scale * m_hat / (fisher + gin + float(self.cfg.damping_ex))
-        new = {**state, "mean": new_mean, "m": m, "f": fisher, "t": t, **self._noise_step(state, f, batch.y)}
+        new_mean = mean + float(self.cfg.lr) * lr_scale * m_hat / (fisher + gin + float(self.cfg.damping_ex))
+        new = {**state, "mean": new_mean, "m": m, "f": fisher, "t": t, **self._noise_step(state, f, batch.y, lr_scale)}
         nll = -ll.mean(1)
         return new, {"objective": nll, "nll": nll}
 
@@ -288,7 +288,7 @@ class NoisyKFAC(_NoisyBase):
                            device=state["mean"].device) for _, _, d_in, d_out in self.model.slices]
         return self._layers_from_hom(self._sample_hom(state, eps))
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         eps, y_noise = noise
         t = state["t"] + 1
         k = int(t[0])
@@ -304,7 +304,7 @@ class NoisyKFAC(_NoisyBase):
         b1 = float(self.cfg.get("momentum", 0.0))
         bias_corr = (1 - b1 ** t.to(state["mean"].dtype))[:, None, None] if b1 > 0 else None
         g_in = g_in[:, None, None]
-        beta = float(self.cfg.beta) * self.lr_scale
+        beta = float(self.cfg.beta) * lr_scale
         steps = []
         for l, (a, d_y, d_s, W) in enumerate(zip(acts, dz, ds, hom)):
             R, S_, B = a.shape[:3]
@@ -327,9 +327,9 @@ class NoisyKFAC(_NoisyBase):
                 new[f"A{l}"] = torch.baddbmm(state[f"A{l}"], a1.transpose(1, 2), a1,
                                              **(dict(ema, alpha=beta / B) if shared else ema))
                 new[f"S{l}"] = torch.baddbmm(state[f"S{l}"], d.transpose(1, 2), d, **ema)
-        new["mean"] = state["mean"] + float(self.cfg.lr) * self.lr_scale * self._flat(steps)
+        new["mean"] = state["mean"] + float(self.cfg.lr) * lr_scale * self._flat(steps)
         new["t"] = t
-        new.update(self._noise_step(state, f, batch.y))
+        new.update(self._noise_step(state, f, batch.y, lr_scale))
         new = self._refresh(new, covariance=k % T_stats == 0, inverses=k % T_inv == 0)
         nll = -ll.mean(1)
         return new, {"objective": nll, "nll": nll}

@@ -66,12 +66,12 @@ class SLANG(Method):
     def sample(self, state, eps):
         return state["mean"].unsqueeze(1) + fast_sample(state["U"], state["d"], eps)
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         eps, probes = noise
         mean, U, d, lam = state["mean"], state["U"], state["d"], state["prior_prec"]
         R, P, L = U.shape
         t = state["t"] + 1
-        alpha = self.lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)[:, None]
+        alpha = lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)[:, None]
         beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)[:, None]
 
         theta = self.sample(state, eps)

@@ -44,14 +44,14 @@ class Vadam(Method):
         return torch.randn(R, int(self.cfg.train_samples), P, generator=generator, device=state["mean"].device,
                            dtype=state["mean"].dtype)
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         mean, s = state["mean"], state["s"]
         prec = self.posterior_prec(state)
         g, nll = sample_gradients(self, state, leaf_layers(self.model, mean, prec.rsqrt(), noise), batch)
         g_bar, g2_bar = g.mean(1), (g * g).mean(1)
         lam_t = state["prior_prec"] / state["n_data"].to(mean.dtype)[:, None]
         t = state["t"] + 1
-        alpha = float(self.cfg.lr) * self.lr_scale
+        alpha = float(self.cfg.lr) * lr_scale
         new = {**state, "t": t}
         if self.momentum:
             g1, g2 = (float(b) for b in self.cfg.betas)

@@ -32,7 +32,7 @@ class VadamMatlab(VOGN):
         state = super().init(problem, generator)
         return {**state, "S": state["prec"].clone(), "m": torch.zeros_like(state["mean"])}
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         mean, lam = state["mean"], state["prior_prec"]
         g, nll = sample_gradients(self, state, leaf_layers(self.model, mean, state["prec"].rsqrt(), noise), batch)
         N = state["n_data"].to(mean.dtype)[:, None]
@@ -40,7 +40,7 @@ class VadamMatlab(VOGN):
         t = state["t"] + 1
         tt = t.to(mean.dtype)[:, None]
         kappa = float(self.cfg.decay)
-        alpha = self.lr_scale * decayed(float(self.cfg.lr), kappa, t).to(mean.dtype)[:, None]
+        alpha = lr_scale * decayed(float(self.cfg.lr), kappa, t).to(mean.dtype)[:, None]
         beta = decayed(float(self.cfg.beta), kappa, t).to(mean.dtype)[:, None]
         rho = float(self.cfg.momentum)
         m = rho * state["m"] + (1 - rho) * (g + lam * mean)

@@ -36,7 +36,7 @@ class VOGN(Method):
         return torch.randn(R, int(self.cfg.train_samples), P, generator=generator, device=state["mean"].device,
                            dtype=state["mean"].dtype)
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         mean, prec, lam = state["mean"], state["prec"], state["prior_prec"]
         layers = leaf_layers(self.model, mean, prec.rsqrt(), noise)
         g_sum, c_sum, nll = per_example_stats(self, state, layers, batch, self.cfg.curvature)
@@ -44,7 +44,7 @@ class VOGN(Method):
         M = batch.x.shape[1]
         g_hat = N * g_sum.mean(1) / M
         h_hat = N * c_sum.mean(1) / M
-        beta, alpha = float(self.cfg.beta), float(self.cfg.lr) * self.lr_scale
+        beta, alpha = float(self.cfg.beta), float(self.cfg.lr) * lr_scale
         prec = beta * prec + (1 - beta) * (h_hat + lam)
         new_mean = mean - alpha * (g_hat + lam * mean) / prec
         return {**state, "mean": new_mean, "prec": prec, "t": state["t"] + 1}, {"objective": nll, "nll": nll}
