@@ -78,7 +78,8 @@ class FullGaussian(Method):
         layers = as_leaves(self.model.layers(theta))
         with torch.enable_grad():
             f, acts, zs = forward_cache(self.model, layers, batch.x)
-            nll_i = -likelihood_of(state, self.likelihood).log_prob(f, batch.y)
+            lik = likelihood_of(state, self.likelihood)
+            nll_i = -lik.log_prob(f, batch.y)
             gs = torch.autograd.grad(nll_i.sum(), zs, retain_graph=kind == "ggn")
             acts = [a.detach() for a in acts]
             g_sum = sum_grads(self.model, *collapse_samples(self.model, acts, gs, how="sum")).sum(1)
@@ -88,14 +89,9 @@ class FullGaussian(Method):
             if kind == "ef":
                 factors = gs
             else:   # Gauss-Newton factors sqrt(Lambda) J: back-propagated sqrt(Lambda) f
-                if self.likelihood == "gaussian":
-                    w = state["noise_prec"].sqrt().reshape(-1, 1, 1, 1)
-                elif self.likelihood == "bernoulli":
-                    p = torch.sigmoid(f.detach())
-                    w = (p * (1 - p)).sqrt()
-                else:
+                if f.shape[-1] != 1:  # K outputs: Lambda is K x K, its square root a Monte Carlo one
                     raise ValueError("curvature=ggn supports gaussian and bernoulli likelihoods")
-                factors = torch.autograd.grad((f * w).sum(), zs)
+                factors = torch.autograd.grad(lik.ggn_sqrt_output(f).sum(), zs)
         acts_c, factors_c = collapse_samples(self.model, acts, factors, how="rss")
         if diagonal:
             C = sum_sq_grads(self.model, acts_c, factors_c).sum(1)

@@ -91,35 +91,21 @@ class _NoisyBase(Method):
         """Adam step on q(tau)'s (log a, log b) (``gamma_noise.step``); nothing without a learned noise."""
         return gamma_noise.step(self.cfg, state, f, y, lr_scale) if "log_ab" in state else {}
 
-    def sampled_targets(self, state, f, generator_noise):
-        """y~ ~ p(y | x, w) for the true Fisher (Gaussian with E_q[tau], Bernoulli, categorical)."""
-        if self.likelihood == "gaussian":
-            return f[..., 0] + generator_noise * state["noise_prec"].rsqrt().reshape(-1, 1, 1)
-        if self.likelihood == "bernoulli":
-            return (generator_noise < torch.sigmoid(f[..., 0])).to(f.dtype)
-        return torch.argmax(torch.log_softmax(f, -1) - torch.log(-torch.log(generator_noise)), -1)
-
-    def _target_noise(self, shape, generator, dtype, device):
-        if self.likelihood == "gaussian":
-            return torch.randn(shape, generator=generator, dtype=dtype, device=device)
-        if self.likelihood == "bernoulli":
-            return torch.rand(shape, generator=generator, dtype=dtype, device=device)
-        return torch.rand(*shape, self.model.output_dim, generator=generator, dtype=dtype, device=device).clamp_min(1e-12)
+    def _target_noise(self, state, R, S, batch, generator):
+        """The standard draws of targets y~ ~ p(y | x, w) for the true Fisher (``Likelihood.sample_noise``)."""
+        return likelihood_of(state, self.likelihood).sample_noise(
+            (R, S, batch.x.shape[1], self.model.output_dim), generator, batch.x.dtype, batch.x.device)
 
     def _backprop_observed_and_sampled(self, state, layers, x, y, y_noise):
         """One forward pass, then one manual backward pass (``backprop``) for two cotangents, both in closed form
-        (``grad_f``): the back-propagated gradients ``dz`` of the minibatch-mean log-likelihood of the observed
-        targets and ``ds`` of the per-example log-likelihoods of targets drawn from the model (the true Fisher's).
-        Returns ``f, ll [R, S], acts, dz, ds``."""
+        (``grad_f``, ``sampled_score``): the back-propagated gradients ``dz`` of the minibatch-mean log-likelihood of
+        the observed targets and ``ds`` of the per-example log-likelihoods of targets drawn from the model (the true
+        Fisher's). Returns ``f, ll [R, S], acts, dz, ds``."""
         f, acts, zs = forward_cache(self.model, layers, x)
         lik = likelihood_of(state, self.likelihood)   # the Gaussian's precision: E_q[tau] = a / b
         B = x.shape[-2]
         g_obs = lik.grad_f(f, y) / B
-        if self.likelihood == "gaussian":  # tau (y~ - f) with y~ = f + eps / sqrt(tau): sqrt(tau) eps
-            g_smp = (state["noise_prec"].sqrt().reshape(-1, 1, 1) * y_noise).unsqueeze(-1)
-        else:
-            g_smp = lik.grad_f(f, self.sampled_targets(state, f, y_noise))
-        gs = backprop(self.model, layers, acts, zs, torch.cat([g_obs, g_smp], -2))
+        gs = backprop(self.model, layers, acts, zs, torch.cat([g_obs, lik.sampled_score(f, y_noise)], -2))
         return f, lik.log_prob(f, y).mean(-1), acts, [g[..., :B, :] for g in gs], [g[..., B:, :] for g in gs]
 
     def predict(self, state, x, n_samples, generator):
@@ -152,9 +138,9 @@ class NoisyAdam(_NoisyBase):
 
     def noise(self, state, batch, generator):
         R, P = state["mean"].shape
-        S, B = int(self.cfg.train_samples), batch.x.shape[1]
+        S = int(self.cfg.train_samples)
         return (torch.randn(R, S, P, generator=generator, dtype=batch.x.dtype, device=batch.x.device),
-                self._target_noise((R, S, B), generator, batch.x.dtype, batch.x.device))
+                self._target_noise(state, R, S, batch, generator))
 
     def sample_layers(self, state, n_samples, generator):
         mean = state["mean"]
@@ -269,10 +255,10 @@ class NoisyKFAC(_NoisyBase):
         return cA @ ((cA.transpose(-1, -2) @ V) @ cS) @ cS.transpose(-1, -2) * N_over_kl
 
     def noise(self, state, batch, generator):
-        R, S_, B = state["mean"].shape[0], int(self.cfg.train_samples), batch.x.shape[1]
+        R, S_ = state["mean"].shape[0], int(self.cfg.train_samples)
         eps = [torch.randn(R, S_, d_in + 1, d_out, generator=generator, dtype=batch.x.dtype, device=batch.x.device)
                for _, _, d_in, d_out in self.model.slices]
-        return eps, self._target_noise((R, S_, B), generator, batch.x.dtype, batch.x.device)
+        return eps, self._target_noise(state, R, S_, batch, generator)
 
     def _sample_hom(self, state, eps):
         """W_l = M_l + cA_l E cS_l^T, so Cov vec(W_l) = (lambda/N)[A^g_in]^-1 (x) [S^g_in]^-1."""
