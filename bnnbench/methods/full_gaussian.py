@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from bnnbench.linalg.per_example import collapse_samples, forward_cache, materialise, sum_grads, sum_sq_grads
-from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
+from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of, standard_normal
 from bnnbench.methods.natural import as_leaves, per_example_stats
 from bnnbench.methods.slang import decayed
 
@@ -44,20 +44,16 @@ class FullGaussian(Method):
         return cov == "diag"
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
-        R, P = problem.prior_prec.shape
-        mean = self.model.init(R, generator, self.cfg.init_mean, device=problem.prior_prec.device,
-                               dtype=problem.prior_prec.dtype)
+        mean = self.init_params(problem, generator)
         prec = torch.full_like(mean, float(self.cfg.prec_init))
         state = {**hyper_state(problem), "mean": mean, "m": torch.zeros_like(mean),
-                 "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
+                 "t": torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device)}
         if self.diagonal:
             return {**state, "prec": prec}
         return {**state, "prec": torch.diag_embed(prec), "prec_chol": torch.diag_embed(prec.sqrt())}
 
     def noise(self, state, batch, generator):
-        R, P = state["mean"].shape
-        return torch.randn(R, int(self.cfg.train_samples), P, generator=generator, dtype=state["mean"].dtype,
-                           device=state["mean"].device)
+        return standard_normal(state["mean"], int(self.cfg.train_samples), generator)
 
     def sample(self, state, eps):
         """theta = mu + L^-T eps with prec = L L^T, so Cov theta = prec^-1."""
@@ -160,6 +156,5 @@ class FullGaussian(Method):
         return state["mean"], torch.diag_embed(1 / prec) if self.diagonal else torch.linalg.inv(prec)
 
     def predict(self, state, x, n_samples, generator):
-        R, P = state["mean"].shape
-        eps = torch.randn(R, n_samples, P, generator=generator, dtype=state["mean"].dtype, device=state["mean"].device)
+        eps = standard_normal(state["mean"], n_samples, generator)
         return self._predictive(state, self.model.forward(self.sample(state, eps), x))

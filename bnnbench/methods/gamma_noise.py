@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from bnnbench.methods.base import adam
+from bnnbench.methods.adam import adam
 from bnnbench.protocol import ConfigError
 
 LOG_2PI = math.log(2 * math.pi)

@@ -9,7 +9,6 @@ import torch
 
 from bnnbench.linalg.per_example import forward_cache, sum_grads, sum_sq_grads
 from bnnbench.methods.base import likelihood_of
-from bnnbench.metrics import kl_diag_gaussians
 
 
 def as_leaves(layers):
@@ -62,8 +61,3 @@ def per_example_stats(method, state, layers, batch, curvature: str, generator=No
         else:
             raise ValueError(f"unknown curvature {curvature!r}; valid: ef, ggn")
     return g_sum, c_sum, nll_i.mean(dim=(1, 2)).detach()
-
-
-def kl_to_prior(state, mean, prec):
-    """KL(N(mean, diag(1/prec)) || N(0, diag(1/prior_prec))) per replica."""
-    return kl_diag_gaussians(mean, 1.0 / prec, torch.zeros_like(mean), 1.0 / state["prior_prec"])

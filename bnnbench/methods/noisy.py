@@ -28,7 +28,8 @@ import torch
 
 from bnnbench.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads
 from bnnbench.methods import gamma_noise
-from bnnbench.methods.base import Method, Predictive, Problem, State, hyper_state, likelihood_of
+from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
+from bnnbench.methods.mean_field import MeanField
 from bnnbench.metrics import kl_diag_gaussians
 
 
@@ -75,12 +76,12 @@ class _NoisyBase(Method):
 
     needs_autograd = False  # closed-form cotangents and a manual backward pass
 
-    def _common_init(self, problem: Problem, mean):
+    def _common_init(self, problem: Problem, generator: torch.Generator):
         R = problem.n_replicas
-        dev, dt = mean.device, mean.dtype
-        state = {**hyper_state(problem), "mean": mean, "t": torch.zeros(R, dtype=torch.long, device=dev)}
+        mean = self.init_params(problem, generator)
+        state = {**hyper_state(problem), "mean": mean, "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
         if gamma_noise.learns_noise(self.cfg, self.likelihood, default=True):
-            state.update(gamma_noise.init_state(self.cfg, R, dev, dt))
+            state.update(gamma_noise.init_state(self.cfg, R, mean.device, mean.dtype))
         return state
 
     def gamma_in(self, state):
@@ -91,10 +92,10 @@ class _NoisyBase(Method):
         """Adam step on q(tau)'s (log a, log b) (``gamma_noise.step``); nothing without a learned noise."""
         return gamma_noise.step(self.cfg, state, f, y, lr_scale) if "log_ab" in state else {}
 
-    def _target_noise(self, state, R, S, batch, generator):
+    def _target_noise(self, state, batch, generator):
         """The standard draws of targets y~ ~ p(y | x, w) for the true Fisher (``Likelihood.sample_noise``)."""
-        return likelihood_of(state, self.likelihood).sample_noise(
-            (R, S, batch.x.shape[1], self.model.output_dim), generator, batch.x.dtype, batch.x.device)
+        f_shape = (state["mean"].shape[0], int(self.cfg.train_samples), batch.x.shape[1], self.model.output_dim)
+        return likelihood_of(state, self.likelihood).sample_noise(f_shape, generator, batch.x.dtype, batch.x.device)
 
     def _backprop_observed_and_sampled(self, state, layers, x, y, y_noise):
         """One forward pass, then one manual backward pass (``backprop``) for two cotangents, both in closed form
@@ -108,21 +109,13 @@ class _NoisyBase(Method):
         gs = backprop(self.model, layers, acts, zs, torch.cat([g_obs, lik.sampled_score(f, y_noise)], -2))
         return f, lik.log_prob(f, y).mean(-1), acts, [g[..., :B, :] for g in gs], [g[..., B:, :] for g in gs]
 
-    def predict(self, state, x, n_samples, generator):
-        f = self.model.forward_layers(self.sample_layers(state, n_samples, generator), x)
-        tau = state.get("noise_prec")
-        if "log_ab" in state:  # tau_s ~ q(tau) per sample, as the authors' evaluation
-            tau = gamma_noise.sample_prec(state, n_samples)
-        return Predictive(f=f, noise_prec=tau)
 
-
-class NoisyAdam(_NoisyBase):
+class NoisyAdam(_NoisyBase, MeanField):
     name = "noisy_adam"
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
-        mean = self.model.init(problem.n_replicas, generator, self.cfg.init_mean,
-                               device=problem.prior_prec.device, dtype=problem.prior_prec.dtype)
-        state = self._common_init(problem, mean)
+        state = self._common_init(problem, generator)
+        mean = state["mean"]
         if self.cfg.get("init_std") is not None:  # f + gamma_in = lambda / (N sigma_0^2): the code's sigma_0 = 1e-5
             N = problem.n_data.to(mean.dtype)[:, None]
             f0 = float(self.cfg.kl_weight) / (N * float(self.cfg.init_std) ** 2) - self.gamma_in(state)
@@ -137,16 +130,8 @@ class NoisyAdam(_NoisyBase):
         return torch.sqrt(float(self.cfg.kl_weight) / N / (state["f"] + self.gamma_in(state)))
 
     def noise(self, state, batch, generator):
-        R, P = state["mean"].shape
-        S = int(self.cfg.train_samples)
-        return (torch.randn(R, S, P, generator=generator, dtype=batch.x.dtype, device=batch.x.device),
-                self._target_noise(state, R, S, batch, generator))
-
-    def sample_layers(self, state, n_samples, generator):
-        mean = state["mean"]
-        eps = torch.randn(mean.shape[0], n_samples, mean.shape[1], generator=generator, dtype=mean.dtype,
-                          device=mean.device)
-        return self.model.sampled_layers(mean, self.std(state), eps)
+        """The weights' eps and the draws of the sampled targets."""
+        return super().noise(state, batch, generator), self._target_noise(state, batch, generator)
 
     def step(self, state, batch, noise, lr_scale=1.0):
         eps, y_noise = noise
@@ -174,7 +159,7 @@ class NoisyAdam(_NoisyBase):
     def kl(self, state):
         """lambda KL(q(w) || p(w)) (the tempered KL of the noisy-NG objective)."""
         mean = state["mean"]
-        return float(self.cfg.kl_weight) * kl_diag_gaussians(mean, self.std(state) ** 2, torch.zeros_like(mean),
+        return float(self.cfg.kl_weight) * kl_diag_gaussians(mean, self.var(state), torch.zeros_like(mean),
                                                              1 / state["prior_prec"])
 
 
@@ -185,10 +170,8 @@ class NoisyKFAC(_NoisyBase):
     name = "noisy_kfac"
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
-        mean = self.model.init(problem.n_replicas, generator, self.cfg.init_mean,
-                               device=problem.prior_prec.device, dtype=problem.prior_prec.dtype)
-        state = self._common_init(problem, mean)
-        R = problem.n_replicas
+        state = self._common_init(problem, generator)
+        mean, R = state["mean"], problem.n_replicas
         for l, (_, _, d_in, d_out) in enumerate(self.model.slices):
             eye_a = torch.eye(d_in + 1, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
             eye_s = torch.eye(d_out, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
@@ -258,7 +241,7 @@ class NoisyKFAC(_NoisyBase):
         R, S_ = state["mean"].shape[0], int(self.cfg.train_samples)
         eps = [torch.randn(R, S_, d_in + 1, d_out, generator=generator, dtype=batch.x.dtype, device=batch.x.device)
                for _, _, d_in, d_out in self.model.slices]
-        return eps, self._target_noise(state, R, S_, batch, generator)
+        return eps, self._target_noise(state, batch, generator)
 
     def _sample_hom(self, state, eps):
         """W_l = M_l + cA_l E cS_l^T, so Cov vec(W_l) = (lambda/N)[A^g_in]^-1 (x) [S^g_in]^-1."""
@@ -273,6 +256,9 @@ class NoisyKFAC(_NoisyBase):
         eps = [torch.randn(R, n_samples, d_in + 1, d_out, generator=generator, dtype=state["mean"].dtype,
                            device=state["mean"].device) for _, _, d_in, d_out in self.model.slices]
         return self._layers_from_hom(self._sample_hom(state, eps))
+
+    def predict(self, state, x, n_samples, generator):
+        return self._predictive(state, self.model.forward_layers(self.sample_layers(state, n_samples, generator), x))
 
     def step(self, state, batch, noise, lr_scale=1.0):
         eps, y_noise = noise
