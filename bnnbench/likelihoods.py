@@ -7,8 +7,9 @@ the samples) or ``[R, S, B]`` (one per sample, e.g. targets drawn from the model
 
 For the curvature of natural-gradient methods each also draws targets from the model (``sample`` from the standard
 draws of ``sample_noise``), gives the score at such a target (``sampled_score``, whose outer product estimates the
-Fisher) and an output whose gradient in f is a square root of the output curvature Lambda = -d^2 log p / df^2
-(``ggn_sqrt_output``): back-propagated, it gives the factors J^T r of the Gauss-Newton matrix J^T Lambda J.
+Fisher) and a per-example scalar whose gradient r in f is a square root of the output curvature
+Lambda = -d^2 log p / df^2 (``ggn_sqrt_output``): back-propagated, it gives the factors J^T r of the Gauss-Newton
+matrix J^T Lambda J.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ class Gaussian(Likelihood):
         return (self._prec(3).sqrt() * eps).unsqueeze(-1)
 
     def ggn_sqrt_output(self, f: torch.Tensor, generator=None) -> torch.Tensor:
-        """sqrt(tau) f, ``[R, S, B, 1]``: its gradient r = sqrt(tau) has r^2 = Lambda = -d^2 log p / df^2 = tau."""
-        return f * self._prec(4).sqrt()
+        """sqrt(tau) f, ``[R, S, B]``: its gradient r = sqrt(tau) has r^2 = Lambda = -d^2 log p / df^2 = tau."""
+        return (f * self._prec(4).sqrt())[..., 0]
 
 
 class Bernoulli(Likelihood):
@@ -96,10 +97,10 @@ class Bernoulli(Likelihood):
         return (u < torch.sigmoid(f[..., 0])).to(f.dtype)
 
     def ggn_sqrt_output(self, f: torch.Tensor, generator=None) -> torch.Tensor:
-        """sqrt(p (1 - p)) f with p = sigmoid(f) held fixed, ``[R, S, B, 1]``: its gradient r = sqrt(p (1 - p)) has
+        """sqrt(p (1 - p)) f with p = sigmoid(f) held fixed, ``[R, S, B]``: its gradient r = sqrt(p (1 - p)) has
         r^2 = Lambda = -d^2 log p(y | f) / df^2 = p (1 - p)."""
         p = torch.sigmoid(f.detach())
-        return f * (p * (1 - p)).sqrt()
+        return (f * (p * (1 - p)).sqrt())[..., 0]
 
 
 class Categorical(Likelihood):
@@ -124,12 +125,12 @@ class Categorical(Likelihood):
         return torch.argmax(torch.log_softmax(f, -1) - torch.log(-torch.log(u)), -1)
 
     def ggn_sqrt_output(self, f: torch.Tensor, generator=None) -> torch.Tensor:
-        """-log softmax(f)_y~ with a label y~ ~ Categorical(p), p = softmax(f), drawn from ``generator``,
-        ``[R, S, B, 1]``: its gradient r = p - e_y~ is a one-sample Monte Carlo square root of
+        """-log p(y~ | f) with a label y~ ~ Categorical(p), p = softmax(f), drawn from ``generator``, ``[R, S, B]``: its
+        gradient r = p - e_y~ is a one-sample Monte Carlo square root of
         Lambda = -d^2 log p(y | f) / df^2 = diag(p) - p p^T = E_y~[r r^T] (the Fisher with labels drawn from the model)."""
         probs = torch.softmax(f.detach(), -1)
-        y = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator).reshape(probs.shape[:-1])
-        return -torch.log_softmax(f, -1).gather(-1, y.unsqueeze(-1))
+        y = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
+        return -self.log_prob(f, y.reshape(probs.shape[:-1]))
 
 
 def _label_index(y: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
