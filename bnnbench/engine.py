@@ -209,7 +209,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     the evaluation schedule is part of a run's configuration; the last evaluation draws
     ``eval_samples_final`` samples when given (MNIST: 10 during training, 1000 at the end).
     ``lr_drop = {"at": a, "factor": f}``
-    multiplies the method's step sizes by f from epoch ``a * epochs`` on (``method.lr_scale``). A
+    multiplies the method's step sizes by f from epoch ``a * epochs`` on (``update``'s ``lr_scale``). A
     replica whose objective or state becomes non-finite is marked diverged; with
     ``stop_on_divergence`` training stops with ``DivergenceError`` naming the replicas and the epoch.
 
@@ -231,14 +231,14 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     t0 = time.perf_counter() - elapsed
     bar = tqdm(range(start, epochs), desc=desc or method.name, disable=None if progress else True, leave=False,
                initial=start, total=epochs)
-    method.lr_scale = 1.0
+    lr_scale = 1.0
     for epoch in bar:
         if lr_drop and epoch >= float(lr_drop["at"]) * epochs:
-            method.lr_scale = float(lr_drop["factor"])
+            lr_scale = float(lr_drop["factor"])
         obj_sum = torch.zeros(R, device=data.data_index.device, dtype=data.x_train.dtype)
         n_batches = 0
         for rows in epoch_batches(data, batch_size, generator):
-            state, stats = method.update(state, make_batch(data, rows), generator)
+            state, stats = method.update(state, make_batch(data, rows), generator, lr_scale)
             obj_sum += stats["objective"]
             n_batches += 1
             steps += 1

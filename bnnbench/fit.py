@@ -52,15 +52,15 @@ def make_problem(spec: RunSpec, model: MLP, data: ReplicaData, hparams: list[dic
     prior = lam[:, None].expand(R, model.n_params).clone()
     if spec.bias_prior_prec is not None:
         prior[:, model.bias_mask(dev)] = float(spec.bias_prior_prec)
-    noise = y_scale = dropout = None
+    noise = y_scale = None
     if spec.likelihood == "gaussian":
         y_scale = data.replica("y_std")
         tau = torch.tensor([h["noise_prec"] for h in hparams], device=dev, dtype=dt)
         noise = tau * y_scale ** 2 if spec.noise_prec_units == "original" else tau
-    if "dropout" in hparams[0]:
-        dropout = torch.tensor([h["dropout"] for h in hparams], device=dev, dtype=dt)
+    own = {k: torch.tensor([h[k] for h in hparams], device=dev, dtype=dt)
+           for k in method_class(spec.method.name).replica_hparams if k in hparams[0]}
     return Problem(likelihood=spec.likelihood, n_data=data.n_train[data.data_index], prior_prec=prior,
-                   noise_prec=noise, y_scale=y_scale, dropout=dropout)
+                   noise_prec=noise, y_scale=y_scale, hparams=own)
 
 
 def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptions,

@@ -4,6 +4,12 @@ Each returns per-(replica, sample, example) log densities ``[R, S, B]`` (``log_p
 ``[R, S, B, d_out]`` (``grad_f``, closed forms: no autograd graph in a training step); parameters that vary by
 replica (the Gaussian noise precision) carry a leading ``[R]`` axis. Targets are ``[R, B]`` (shared by
 the samples) or ``[R, S, B]`` (one per sample, e.g. targets drawn from the model for a Fisher).
+
+For the curvature of natural-gradient methods each also draws targets from the model (``sample`` from the standard
+draws of ``sample_noise``), gives the score at such a target (``sampled_score``, whose outer product estimates the
+Fisher) and a per-example scalar whose gradient r in f is a square root of the output curvature
+Lambda = -d^2 log p / df^2 (``ggn_sqrt_output``): back-propagated, it gives the factors J^T r of the Gauss-Newton
+matrix J^T Lambda J.
 """
 
 from __future__ import annotations
@@ -21,7 +27,16 @@ def _per_sample(y: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     return y if y.dim() == f.dim() - 1 else y.unsqueeze(1)
 
 
-class Gaussian:
+class Likelihood:
+    """p(y | f); subclasses define ``log_prob``, ``grad_f``, ``sample_noise``, ``sample`` and ``ggn_sqrt_output``."""
+
+    def sampled_score(self, f: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """d log p(y~ | f) / df at the target y~ = ``sample(f, noise)`` drawn from the model, ``[R, S, B, d_out]``:
+        E_{y~ ~ p(y | f)}[score score^T] is the Fisher (the "true Fisher" of Zhang et al. 2018, eq. 8)."""
+        return self.grad_f(f, self.sample(f, noise))
+
+
+class Gaussian(Likelihood):
     """log N(y | f, 1/tau) = 0.5 log tau - 0.5 log 2pi - 0.5 tau (y - f)^2, tau ``[R]`` (or ``[R, S]``)."""
 
     task = "regression"
@@ -43,8 +58,24 @@ class Gaussian:
         """d log p / d f = tau (y - f), ``[R, S, B, 1]``."""
         return self._prec(4) * (_per_sample(y, f).unsqueeze(-1) - f)
 
+    def sample_noise(self, f_shape, generator, dtype, device) -> torch.Tensor:
+        """eps ~ N(0, 1) per example, ``[R, S, B]`` for outputs of shape ``f_shape``."""
+        return torch.randn(f_shape[:-1], generator=generator, dtype=dtype, device=device)
 
-class Bernoulli:
+    def sample(self, f: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+        """y~ = f + eps / sqrt(tau) ~ N(f, 1/tau), ``[R, S, B]``."""
+        return f[..., 0] + eps * self._prec(3).rsqrt()
+
+    def sampled_score(self, f: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+        """tau (y~ - f) = sqrt(tau) eps at y~ = f + eps / sqrt(tau), without forming y~ - f."""
+        return (self._prec(3).sqrt() * eps).unsqueeze(-1)
+
+    def ggn_sqrt_output(self, f: torch.Tensor, generator=None) -> torch.Tensor:
+        """sqrt(tau) f, ``[R, S, B]``: its gradient r = sqrt(tau) has r^2 = Lambda = -d^2 log p / df^2 = tau."""
+        return (f * self._prec(4).sqrt())[..., 0]
+
+
+class Bernoulli(Likelihood):
     """log p(y | f) = y log sigmoid(f) + (1 - y) log sigmoid(-f), labels y in {0, 1}."""
 
     task = "binary"
@@ -57,8 +88,22 @@ class Bernoulli:
         """d log p / d f = y - sigmoid(f), ``[R, S, B, 1]``."""
         return _per_sample(y, f).to(f.dtype).unsqueeze(-1) - torch.sigmoid(f)
 
+    def sample_noise(self, f_shape, generator, dtype, device) -> torch.Tensor:
+        """u ~ U(0, 1) per example, ``[R, S, B]``."""
+        return torch.rand(f_shape[:-1], generator=generator, dtype=dtype, device=device)
 
-class Categorical:
+    def sample(self, f: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """y~ = 1[u < sigmoid(f)] ~ Bernoulli(sigmoid(f)), ``[R, S, B]``."""
+        return (u < torch.sigmoid(f[..., 0])).to(f.dtype)
+
+    def ggn_sqrt_output(self, f: torch.Tensor, generator=None) -> torch.Tensor:
+        """sqrt(p (1 - p)) f with p = sigmoid(f) held fixed, ``[R, S, B]``: its gradient r = sqrt(p (1 - p)) has
+        r^2 = Lambda = -d^2 log p(y | f) / df^2 = p (1 - p)."""
+        p = torch.sigmoid(f.detach())
+        return (f * (p * (1 - p)).sqrt())[..., 0]
+
+
+class Categorical(Likelihood):
     """log p(y | f) = log softmax(f)_y, labels y in {0, ..., K-1}."""
 
     task = "multiclass"
@@ -69,6 +114,23 @@ class Categorical:
     def grad_f(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """d log p / d f = onehot(y) - softmax(f), ``[R, S, B, K]``."""
         return (-torch.softmax(f, dim=-1)).scatter_add_(-1, _label_index(y, f), torch.ones_like(f[..., :1]))
+
+    def sample_noise(self, f_shape, generator, dtype, device) -> torch.Tensor:
+        """u ~ U(0, 1) per example and class, ``[R, S, B, K]``, kept above 1e-12 (``sample`` takes log(-log u))."""
+        return torch.rand(f_shape, generator=generator, dtype=dtype, device=device).clamp_min(1e-12)
+
+    def sample(self, f: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """y~ = argmax_k (log softmax(f)_k - log(-log u_k)) ~ Categorical(softmax(f)) (the Gumbel-max trick),
+        ``[R, S, B]``."""
+        return torch.argmax(torch.log_softmax(f, -1) - torch.log(-torch.log(u)), -1)
+
+    def ggn_sqrt_output(self, f: torch.Tensor, generator=None) -> torch.Tensor:
+        """-log p(y~ | f) with a label y~ ~ Categorical(p), p = softmax(f), drawn from ``generator``, ``[R, S, B]``: its
+        gradient r = p - e_y~ is a one-sample Monte Carlo square root of
+        Lambda = -d^2 log p(y | f) / df^2 = diag(p) - p p^T = E_y~[r r^T] (the Fisher with labels drawn from the model)."""
+        probs = torch.softmax(f.detach(), -1)
+        y = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
+        return -self.log_prob(f, y.reshape(probs.shape[:-1]))
 
 
 def _label_index(y: torch.Tensor, f: torch.Tensor) -> torch.Tensor:

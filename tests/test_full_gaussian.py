@@ -143,3 +143,16 @@ def test_cached_cholesky_is_the_factor_of_the_new_precision():
         state, _ = method.update(state, Batch(X[None], y[None], torch.tensor([10])), g)
         L = state["prec_chol"][0]
         assert torch.allclose(L @ L.T, state["prec"][0])
+
+
+def test_dense_ggn_of_a_categorical_likelihood_is_refused():
+    """The categorical output curvature diag(p) - p p^T has no exact one-column square root: curvature=ggn's dense
+    path says so rather than use the Monte Carlo one."""
+    g = torch.Generator().manual_seed(0)
+    model = MLP([2, 3])
+    method = METHODS["full_gaussian"](OmegaConf.create(dict(curvature="ggn", lr=0.1, beta=0.1, train_samples=1,
+                                                            prec_init=1.0, init_mean="zero")), model, "categorical")
+    state = method.init(Problem("categorical", torch.tensor([4]), torch.ones(1, model.n_params, dtype=DT)), g)
+    batch = Batch(torch.randn(1, 4, 2, generator=g, dtype=DT), torch.tensor([[0, 1, 2, 1]]), torch.tensor([4]))
+    with pytest.raises(ValueError, match="curvature=ggn supports gaussian and bernoulli"):
+        method.update(state, batch, g)

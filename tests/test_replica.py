@@ -6,9 +6,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bnnbench.engine import ReplicaData, Standardiser, epoch_batches, evaluate, make_batch
-from bnnbench.methods import METHODS, Batch, Problem, slice_state
+from bnnbench import methods
+from bnnbench.engine import ReplicaData, Standardiser, epoch_batches, evaluate, make_batch, train
+from bnnbench.methods import METHODS, MAP, Batch, Problem, slice_state
 from bnnbench.models import MLP
+from bnnbench.protocol import RunSpec
+from bnnbench.run import make_problem
 
 DT = torch.float64
 
@@ -45,7 +48,7 @@ def _problem(R, model, g):
     return Problem("gaussian", n_data=torch.tensor([40, 37, 40][:R]), prior_prec=prior.clone(),
                    noise_prec=torch.rand(R, generator=g, dtype=DT) + 0.5,
                    y_scale=torch.rand(R, generator=g, dtype=DT) + 0.5,
-                   dropout=torch.tensor([0.05, 0.1, 0.2][:R], dtype=DT))
+                   hparams={"dropout": torch.tensor([0.05, 0.1, 0.2][:R], dtype=DT)})
 
 
 @pytest.mark.parametrize("name", sorted(METHOD_CFGS))
@@ -85,6 +88,64 @@ def _toy(n=30, d=3, seed=0):
     X = rng.normal(size=(n, d)) * [1.0, 5.0, 0.0] + [0.0, 3.0, 7.0]  # last column constant
     y = X[:, 0] * 2.0 + rng.normal(size=n) + 10.0
     return X, y
+
+
+class _TemperedMAP(MAP):
+    """A method that declares a per-replica hyper-parameter of its own."""
+    name = "tempered_map"
+    replica_hparams = ("temperature",)
+
+
+def _spec(method_cfg: dict) -> RunSpec:
+    return RunSpec(method=OmegaConf.create(method_cfg), model_hidden=[5], activation="relu", task="regression",
+                   likelihood="gaussian", epochs=1, batch_size=4, eval_samples=1, eval_every=None, normalize_x=True,
+                   normalize_y=True, noise_prec_units="original", bias_prior_prec=None, loglik="joint")
+
+
+@pytest.mark.parametrize("name, declared", [("mc_dropout", "dropout"), ("tempered_map", "temperature"),
+                                            ("map", None)])
+def test_declared_replica_hparams_reach_the_state_per_replica(monkeypatch, name, declared):
+    """``make_problem`` builds ``Problem.hparams`` from the replicas' hyper-parameters for exactly the names the
+    method declares, and ``init`` puts each into the state as ``[R]`` in the replicas' order."""
+    monkeypatch.setitem(methods.METHODS, "tempered_map", _TemperedMAP)
+    X, y = _toy(n=30)
+    data = ReplicaData.build(X, y, [(np.arange(0, 20), np.arange(20, 30))], data_index=[0, 0, 0], dtype=DT)
+    hparams = [{"prior_prec": 1.0, "noise_prec": 2.0, "dropout": p, "temperature": 1 / p} for p in (0.05, 0.1, 0.2)]
+    cfg = {"name": name, **METHOD_CFGS["mc_dropout" if name == "mc_dropout" else "map"]}
+    spec = _spec(cfg)
+    model = MLP([3, 5, 1])
+    problem = make_problem(spec, model, data, hparams)
+    assert sorted(problem.hparams) == ([declared] if declared else [])
+    state = methods.method_class(name)(spec.method, model, "gaussian").init(problem, torch.Generator().manual_seed(0))
+    undeclared = {"dropout", "temperature"} - {declared}
+    assert not undeclared & set(state)
+    if declared:
+        expected = torch.tensor([h[declared] for h in hparams], dtype=DT)
+        assert state[declared].dtype == DT and torch.equal(state[declared], expected)
+
+
+def test_lr_drop_is_the_lr_scale_passed_to_update():
+    """``train`` with ``lr_drop = {at: 0.5, factor: 0.25}`` makes exactly the updates ``update(..., lr_scale)`` makes by
+    hand with scale 1 for the first half of the epochs and 0.25 after."""
+    X, y = _toy(n=30)
+    data = ReplicaData.build(X, y, [(np.arange(0, 20), np.arange(20, 30))], data_index=[0, 0], dtype=DT)
+    model = MLP([3, 5, 1])
+    method = METHODS["vadam"](OmegaConf.create(METHOD_CFGS["vadam"]), model, "gaussian")
+    prob = Problem("gaussian", data.n_train[data.data_index], torch.ones(2, model.n_params, dtype=DT),
+                   noise_prec=torch.tensor([1.0, 2.0], dtype=DT), y_scale=data.replica("y_std"))
+    state0 = method.init(prob, torch.Generator().manual_seed(1))
+    res = train(method, state0, data, epochs=4, batch_size=8, eval_samples=1, generator=torch.Generator().manual_seed(2),
+                task="regression", lr_drop={"at": 0.5, "factor": 0.25})
+
+    def by_hand(scales):
+        g, state = torch.Generator().manual_seed(2), state0
+        for scale in scales:
+            for rows in epoch_batches(data, 8, g):
+                state, _ = method.update(state, make_batch(data, rows), g, lr_scale=scale)
+        return state
+    dropped, constant = by_hand([1.0, 1.0, 0.25, 0.25]), by_hand([1.0] * 4)
+    assert all(torch.equal(res.state[k], dropped[k]) for k in dropped)
+    assert not torch.equal(res.state["mean"], constant["mean"])
 
 
 def test_standardisation_uses_training_rows_only_and_guards_constant_columns():

@@ -3,21 +3,24 @@
 A method is bound to a model and a likelihood, like an optimiser is bound to parameters. Its state is
 a plain ``dict`` of tensors that all carry the replica axis first, so any replica (split, seed, fold,
 hyper-parameter candidate) can be sliced out and stepped alone. Hyper-parameters that differ between
-replicas (prior and noise precisions, dropout rates) live in the state too.
+replicas (prior and noise precisions, and those a method declares in ``replica_hparams``, e.g. MC dropout's
+rates) live in the state too.
 
-``step`` is a pure function of (state, batch, noise): the random draws of an update are made by
-``noise`` from a generator, so tests can replay exactly the same update on one replica alone.
+``step`` is a pure function of (state, batch, noise, lr_scale): the random draws of an update are made by
+``noise`` from a generator, so tests can replay exactly the same update on one replica alone; ``lr_scale``
+multiplies the step sizes (the engine's learning-rate schedule).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from bnnbench.likelihoods import Bernoulli, Categorical, Gaussian
+from bnnbench.methods import gamma_noise
 
 State = dict  # str -> Tensor with leading replica axis
 
@@ -43,7 +46,7 @@ class Problem:
     prior_prec: torch.Tensor        # [R, P] per-parameter prior precision lambda
     noise_prec: torch.Tensor | None = None  # [R] Gaussian noise precision in the training (normalised) units
     y_scale: torch.Tensor | None = None     # [R] std of the training targets (regression): tau_orig = tau / y_scale^2
-    dropout: torch.Tensor | None = None     # [R] (MC dropout only)
+    hparams: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [R]: the method's ``replica_hparams``
 
     @property
     def n_replicas(self) -> int:
@@ -66,8 +69,7 @@ def hyper_state(problem: Problem) -> State:
         state["noise_prec"] = problem.noise_prec
     if problem.y_scale is not None:
         state["y_scale"] = problem.y_scale
-    if problem.dropout is not None:
-        state["dropout"] = problem.dropout
+    state.update(problem.hparams)
     return state
 
 
@@ -86,7 +88,9 @@ class Method:
     """Base class: subclasses define ``init``, ``noise``, ``step`` and ``predict``."""
 
     name = "method"
-    lr_scale = 1.0  # set by the engine's learning-rate schedule
+    # per-replica hyper-parameters the method reads from its state besides the prior and noise precisions: each a
+    # ``Problem.hparams`` entry ``[R]`` (``run.make_problem`` builds them from the replicas' hyper-parameters)
+    replica_hparams: tuple[str, ...] = ()
     # False where ``step`` builds no autograd graph: ``update`` then runs in inference mode (~10% less per-op
     # overhead at UCI scale), and the state it returns holds inference tensors
     needs_autograd = True
@@ -104,14 +108,16 @@ class Method:
     def noise(self, state: State, batch: Batch, generator: torch.Generator):
         raise NotImplementedError
 
-    def step(self, state: State, batch: Batch, noise) -> tuple[State, dict]:
+    def step(self, state: State, batch: Batch, noise, lr_scale: float = 1.0) -> tuple[State, dict]:
+        """One update from the draws ``noise``; ``lr_scale`` multiplies the step sizes (the engine's schedule)."""
         raise NotImplementedError
 
-    def update(self, state: State, batch: Batch, generator: torch.Generator) -> tuple[State, dict]:
+    def update(self, state: State, batch: Batch, generator: torch.Generator,
+               lr_scale: float = 1.0) -> tuple[State, dict]:
         if self.needs_autograd:
-            return self.step(state, batch, self.noise(state, batch, generator))
+            return self.step(state, batch, self.noise(state, batch, generator), lr_scale)
         with torch.inference_mode():
-            return self.step(state, batch, self.noise(state, batch, generator))
+            return self.step(state, batch, self.noise(state, batch, generator), lr_scale)
 
     def predict(self, state: State, x: torch.Tensor, n_samples: int,
                 generator: torch.Generator) -> Predictive:
@@ -128,12 +134,28 @@ class Method:
         for methods whose posterior is Gaussian (small models: logistic regression, SLANG Table 1)."""
         raise NotImplementedError(f"{self.name} has no Gaussian posterior to report")
 
+    def init_params(self, problem: Problem, generator: torch.Generator) -> torch.Tensor:
+        """theta_0 ``[R, P]`` by the scheme ``cfg.init_mean`` (``MLP.init``), on the problem's device and dtype."""
+        lam = problem.prior_prec
+        return self.model.init(problem.n_replicas, generator, self.cfg.init_mean, device=lam.device, dtype=lam.dtype)
+
     def _predictive(self, state: State, f: torch.Tensor) -> Predictive:
+        """The outputs ``f [R, S, T, d_out]`` with the state's Gaussian noise precision or, where it is learned
+        (``gamma_noise``), tau_s ~ q(tau) per sample, as the noisy natural gradient authors' evaluation."""
+        if "log_ab" in state:
+            return Predictive(f=f, noise_prec=gamma_noise.sample_prec(state, f.shape[1]))
         return Predictive(f=f, noise_prec=state.get("noise_prec"))
 
     def nll(self, state: State, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``-(1/S) sum_s mean_b log p(y_b | f_s)``, per replica ``[R]``."""
         return -likelihood_of(state, self.likelihood).log_prob(f, y).mean(dim=(1, 2))
+
+
+def standard_normal(mean: torch.Tensor, n_samples: int, generator: torch.Generator) -> torch.Tensor:
+    """eps ~ N(0, I) ``[R, n_samples, P]`` on the device and in the dtype of ``mean [R, P]``: the draws of weight samples
+    theta_s = mean + (a square root of the covariance) eps_s."""
+    R, P = mean.shape
+    return torch.randn(R, n_samples, P, generator=generator, device=mean.device, dtype=mean.dtype)
 
 
 def slice_state(state: State, index) -> State:
@@ -142,14 +164,3 @@ def slice_state(state: State, index) -> State:
         index = slice(index, index + 1)
     return {k: v[index] for k, v in state.items()}
 
-
-def adam(param, grad, m, v, t, lr, betas=(0.9, 0.999), eps=1e-8):
-    """One Adam step (Kingma & Ba 2015) with bias correction; ``t`` is the step count ``[R]`` after
-    increment. Elementwise, so each replica's step is exactly its own Adam step."""
-    b1, b2 = betas
-    m = b1 * m + (1 - b1) * grad
-    v = b2 * v + (1 - b2) * grad * grad
-    tt = t.to(param.dtype).reshape(-1, *([1] * (param.dim() - 1)))
-    m_hat = m / (1 - b1 ** tt)
-    v_hat = v / (1 - b2 ** tt)
-    return param - lr * m_hat / (v_hat.sqrt() + eps), m, v

@@ -18,18 +18,19 @@ import torch.nn.functional as F
 
 from bnnbench.metrics import kl_diag_gaussians
 from bnnbench.methods import gamma_noise
-from bnnbench.methods.base import Method, Predictive, Problem, State, adam, hyper_state
+from bnnbench.methods.adam import adam
+from bnnbench.methods.base import Problem, State, hyper_state
+from bnnbench.methods.mean_field import MeanField
 from bnnbench.models.mlp import softplus_inv
 
 
-class BBB(Method):
+class BBB(MeanField):
     name = "bbb"
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         cfg = self.cfg
-        R, P = problem.prior_prec.shape
-        dev, dt = problem.prior_prec.device, problem.prior_prec.dtype
-        mean = self.model.init(R, generator, cfg.init_mean, device=dev, dtype=dt)
+        R = problem.n_replicas
+        mean = self.init_params(problem, generator)
         if cfg.get("init_std") is not None:
             std = float(cfg.init_std)
             rho = torch.full_like(mean, softplus_inv(std))
@@ -39,20 +40,21 @@ class BBB(Method):
             rho = torch.full_like(mean, softplus_inv(float(cfg.init_prec) ** -0.5))
         z = torch.zeros_like(mean)
         state = {**hyper_state(problem), "mean": mean, "rho": rho, "m_mean": z, "v_mean": z.clone(),
-                 "m_rho": z.clone(), "v_rho": z.clone(), "t": torch.zeros(R, dtype=torch.long, device=dev)}
+                 "m_rho": z.clone(), "v_rho": z.clone(), "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
         if gamma_noise.learns_noise(cfg, self.likelihood):
-            state.update(gamma_noise.init_state(cfg, R, dev, dt))
+            state.update(gamma_noise.init_state(cfg, R, mean.device, mean.dtype))
         return state
 
+    def std(self, state):
+        return F.softplus(state["rho"])
+
     def noise(self, state, batch, generator):
-        R, P = state["mean"].shape
-        S = int(self.cfg.train_samples)
-        if self.cfg.get("local_reparam", False):
-            B = batch.x.shape[1]
-            return [torch.randn(R, S, B, d_out, generator=generator, device=batch.x.device,
-                                dtype=batch.x.dtype) for _, _, _, d_out in self.model.slices]
-        return torch.randn(R, S, P, generator=generator, device=state["mean"].device,
-                           dtype=state["mean"].dtype)
+        """The weights' eps, or with the local reparameterisation trick each layer's pre-activation draws."""
+        if not self.cfg.get("local_reparam", False):
+            return super().noise(state, batch, generator)
+        R, S, B = state["mean"].shape[0], int(self.cfg.train_samples), batch.x.shape[1]
+        return [torch.randn(R, S, B, d_out, generator=generator, device=batch.x.device,
+                            dtype=batch.x.dtype) for _, _, _, d_out in self.model.slices]
 
     def objective(self, state, mean, rho, batch, noise):
         """(negative ELBO / N, NLL, KL) per replica and the outputs ``f`` of the samples."""
@@ -66,33 +68,18 @@ class BBB(Method):
         kl = kl_diag_gaussians(mean, sigma * sigma, torch.zeros_like(mean), prior_var)
         return nll + kl / state["n_data"].to(nll.dtype), nll, kl, f
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         mean = state["mean"].detach().requires_grad_(True)
         rho = state["rho"].detach().requires_grad_(True)
         with torch.enable_grad():
             obj, nll, kl, f = self.objective(state, mean, rho, batch, noise)
             g_mean, g_rho = torch.autograd.grad(obj.sum(), [mean, rho])
         t = state["t"] + 1
-        lr, betas, eps = float(self.cfg.lr) * self.lr_scale, tuple(self.cfg.betas), float(self.cfg.eps)
+        lr, betas, eps = float(self.cfg.lr) * lr_scale, tuple(self.cfg.betas), float(self.cfg.eps)
         new_mean, m_mean, v_mean = adam(state["mean"], g_mean, state["m_mean"], state["v_mean"], t, lr, betas, eps)
         new_rho, m_rho, v_rho = adam(state["rho"], g_rho, state["m_rho"], state["v_rho"], t, lr, betas, eps)
         new = {**state, "mean": new_mean, "rho": new_rho, "m_mean": m_mean, "v_mean": v_mean,
                "m_rho": m_rho, "v_rho": v_rho, "t": t}
         if "log_ab" in state:
-            new.update(gamma_noise.step(self.cfg, state, f, batch.y, self.lr_scale))
+            new.update(gamma_noise.step(self.cfg, state, f, batch.y, lr_scale))
         return new, {"objective": obj.detach(), "nll": nll.detach(), "kl": kl.detach()}
-
-    def gaussian(self, state):
-        return state["mean"], torch.diag_embed(F.softplus(state["rho"]) ** 2)
-
-    def sample_params(self, state, n_samples, generator):
-        mean, sigma = state["mean"], F.softplus(state["rho"])
-        eps = torch.randn(*mean.shape[:1], n_samples, mean.shape[1], generator=generator,
-                          device=mean.device, dtype=mean.dtype)
-        return mean.unsqueeze(1) + sigma.unsqueeze(1) * eps
-
-    def predict(self, state, x, n_samples, generator):
-        f = self.model.forward(self.sample_params(state, n_samples, generator), x)
-        if "log_ab" in state:   # tau_s ~ q(tau) per sample, as the noisy methods
-            return Predictive(f=f, noise_prec=gamma_noise.sample_prec(state, n_samples))
-        return self._predictive(state, f)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from bnnbench.linalg.per_example import collapse_samples, forward_cache, materialise, sum_grads, sum_sq_grads
-from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
+from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of, standard_normal
 from bnnbench.methods.natural import as_leaves, per_example_stats
 from bnnbench.methods.slang import decayed
 
@@ -44,20 +44,16 @@ class FullGaussian(Method):
         return cov == "diag"
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
-        R, P = problem.prior_prec.shape
-        mean = self.model.init(R, generator, self.cfg.init_mean, device=problem.prior_prec.device,
-                               dtype=problem.prior_prec.dtype)
+        mean = self.init_params(problem, generator)
         prec = torch.full_like(mean, float(self.cfg.prec_init))
         state = {**hyper_state(problem), "mean": mean, "m": torch.zeros_like(mean),
-                 "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
+                 "t": torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device)}
         if self.diagonal:
             return {**state, "prec": prec}
         return {**state, "prec": torch.diag_embed(prec), "prec_chol": torch.diag_embed(prec.sqrt())}
 
     def noise(self, state, batch, generator):
-        R, P = state["mean"].shape
-        return torch.randn(R, int(self.cfg.train_samples), P, generator=generator, dtype=state["mean"].dtype,
-                           device=state["mean"].device)
+        return standard_normal(state["mean"], int(self.cfg.train_samples), generator)
 
     def sample(self, state, eps):
         """theta = mu + L^-T eps with prec = L L^T, so Cov theta = prec^-1."""
@@ -78,7 +74,8 @@ class FullGaussian(Method):
         layers = as_leaves(self.model.layers(theta))
         with torch.enable_grad():
             f, acts, zs = forward_cache(self.model, layers, batch.x)
-            nll_i = -likelihood_of(state, self.likelihood).log_prob(f, batch.y)
+            lik = likelihood_of(state, self.likelihood)
+            nll_i = -lik.log_prob(f, batch.y)
             gs = torch.autograd.grad(nll_i.sum(), zs, retain_graph=kind == "ggn")
             acts = [a.detach() for a in acts]
             g_sum = sum_grads(self.model, *collapse_samples(self.model, acts, gs, how="sum")).sum(1)
@@ -88,14 +85,9 @@ class FullGaussian(Method):
             if kind == "ef":
                 factors = gs
             else:   # Gauss-Newton factors sqrt(Lambda) J: back-propagated sqrt(Lambda) f
-                if self.likelihood == "gaussian":
-                    w = state["noise_prec"].sqrt().reshape(-1, 1, 1, 1)
-                elif self.likelihood == "bernoulli":
-                    p = torch.sigmoid(f.detach())
-                    w = (p * (1 - p)).sqrt()
-                else:
+                if f.shape[-1] != 1:  # K outputs: Lambda is K x K, its square root a Monte Carlo one
                     raise ValueError("curvature=ggn supports gaussian and bernoulli likelihoods")
-                factors = torch.autograd.grad((f * w).sum(), zs)
+                factors = torch.autograd.grad(lik.ggn_sqrt_output(f).sum(), zs)
         acts_c, factors_c = collapse_samples(self.model, acts, factors, how="rss")
         if diagonal:
             C = sum_sq_grads(self.model, acts_c, factors_c).sum(1)
@@ -118,10 +110,10 @@ class FullGaussian(Method):
                 out[r] += hessian(total_nll)(theta[r, s])
         return out
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         mean, prec, lam = state["mean"], state["prec"], state["prior_prec"]
         t = state["t"] + 1
-        alpha = self.lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)
+        alpha = lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)
         beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)
         theta = self.sample(state, noise)
         if self.diagonal and not self.model.is_linear and self.cfg.curvature in ("ef", "ggn"):
@@ -164,6 +156,5 @@ class FullGaussian(Method):
         return state["mean"], torch.diag_embed(1 / prec) if self.diagonal else torch.linalg.inv(prec)
 
     def predict(self, state, x, n_samples, generator):
-        R, P = state["mean"].shape
-        eps = torch.randn(R, n_samples, P, generator=generator, dtype=state["mean"].dtype, device=state["mean"].device)
+        eps = standard_normal(state["mean"], n_samples, generator)
         return self._predictive(state, self.model.forward(self.sample(state, eps), x))

@@ -16,8 +16,8 @@ import math
 
 import torch
 
-from bnnbench.methods.base import adam
 from bnnbench.config import ConfigError
+from bnnbench.methods.adam import adam
 
 LOG_2PI = math.log(2 * math.pi)
 

@@ -14,21 +14,19 @@ from __future__ import annotations
 
 import torch
 
-from bnnbench.methods.base import Method, Problem, State, adam, hyper_state
+from bnnbench.methods.base import Problem, State
+from bnnbench.methods.map import MAP
 
 
-class MCDropout(Method):
+class MCDropout(MAP):
+    """MAP's Adam on theta with dropout masks as the noise of a step and Gal's objective."""
     name = "mc_dropout"
+    replica_hparams = ("dropout",)
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
-        if problem.dropout is None or self.likelihood != "gaussian":
+        if "dropout" not in problem.hparams or self.likelihood != "gaussian":
             raise ValueError("mc_dropout needs a Gaussian likelihood and a dropout rate per replica")
-        R = problem.n_replicas
-        dev, dt = problem.prior_prec.device, problem.prior_prec.dtype
-        theta = self.model.init(R, generator, self.cfg.init_mean, device=dev, dtype=dt)
-        z = torch.zeros_like(theta)
-        return {**hyper_state(problem), "theta": theta, "m": z, "v": z.clone(),
-                "t": torch.zeros(R, dtype=torch.long, device=dev)}
+        return super().init(problem, generator)
 
     def noise(self, state, batch, generator):
         return self.model.dropout_masks(state["dropout"], 1, batch.x.shape[1], generator, batch.x.dtype)
@@ -39,19 +37,11 @@ class MCDropout(Method):
         l2 = float(self.cfg.length_scale) ** 2
         return l2 * (1 - state["dropout"]) / (2 * state["n_data"].to(tau_orig.dtype) * tau_orig)
 
-    def step(self, state, batch, noise):
-        theta = state["theta"].detach().requires_grad_(True)
-        with torch.enable_grad():
-            f = self.model.forward(theta.unsqueeze(1), batch.x, dropout_masks=noise)
-            mse = ((batch.y - f[:, 0, :, 0]) ** 2).mean(-1)
-            weights = ~self.model.bias_mask(theta.device)  # biases are not decayed
-            reg = self.weight_decay(state) * (theta * theta)[:, weights].sum(-1)
-            obj = mse + reg
-            (g,) = torch.autograd.grad(obj.sum(), [theta])
-        t = state["t"] + 1
-        new_theta, m, v = adam(state["theta"], g, state["m"], state["v"], t, float(self.cfg.lr) * self.lr_scale,
-                               tuple(self.cfg.betas), float(self.cfg.eps))
-        return {**state, "theta": new_theta, "m": m, "v": v, "t": t}, {"objective": obj.detach()}
+    def objective(self, state, theta, batch, noise):
+        f = self.model.forward(theta.unsqueeze(1), batch.x, dropout_masks=noise)
+        mse = ((batch.y - f[:, 0, :, 0]) ** 2).mean(-1)
+        weights = ~self.model.bias_mask(theta.device)  # biases are not decayed
+        return mse + self.weight_decay(state) * (theta * theta)[:, weights].sum(-1), {}
 
     def predict(self, state, x, n_samples, generator):
         theta = state["theta"].unsqueeze(1).expand(-1, n_samples, -1)

@@ -9,7 +9,6 @@ import torch
 
 from bnnbench.linalg.per_example import forward_cache, sum_grads, sum_sq_grads
 from bnnbench.methods.base import likelihood_of
-from bnnbench.metrics import kl_diag_gaussians
 
 
 def as_leaves(layers):
@@ -43,36 +42,22 @@ def per_example_stats(method, state, layers, batch, curvature: str, generator=No
 
     * ``ef``: ``c_i = g_i^2`` (empirical Fisher diagonal);
     * ``ggn``: ``c_i = diag(J_i^T Lambda_i J_i)`` with ``J_i = df_i/dtheta`` and ``Lambda_i`` the Hessian of
-      the NLL in the output: ``tau`` (Gaussian), ``p(1-p)`` (Bernoulli); for the categorical likelihood
-      a one-sample Monte Carlo estimate of the Fisher (labels drawn from the model) is used.
+      the NLL in the output, as the squares of the back-propagated square roots of ``Lambda_i`` (the likelihood's
+      ``ggn_sqrt_output``: exact for the Gaussian and Bernoulli likelihoods, a one-sample Monte Carlo estimate of
+      the Fisher, labels drawn from the model, for the categorical one).
     """
     model = method.model
     with torch.enable_grad():
         f, acts, zs = forward_cache(model, layers, batch.x)
-        nll_i = -likelihood_of(state, method.likelihood).log_prob(f, batch.y)  # [R, S, B]
+        lik = likelihood_of(state, method.likelihood)
+        nll_i = -lik.log_prob(f, batch.y)  # [R, S, B]
         gs = torch.autograd.grad(nll_i.sum(), zs, retain_graph=curvature != "ef")
         g_sum = sum_grads(model, acts, gs)
         if curvature == "ef":
             c_sum = sum_sq_grads(model, acts, gs)
         elif curvature == "ggn":
-            if method.likelihood == "gaussian":
-                tau = state["noise_prec"].reshape(-1, 1, 1, 1)
-                out = (f * tau.sqrt()).sum()
-            elif method.likelihood == "bernoulli":
-                p = torch.sigmoid(f.detach())
-                out = (f * (p * (1 - p)).sqrt()).sum()
-            else:
-                probs = torch.softmax(f.detach(), -1)
-                y_s = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
-                y_s = y_s.reshape(probs.shape[:-1])
-                out = -(torch.log_softmax(f, -1).gather(-1, y_s.unsqueeze(-1))).sum()
-            hs = torch.autograd.grad(out, zs)
+            hs = torch.autograd.grad(lik.ggn_sqrt_output(f, generator).sum(), zs)
             c_sum = sum_sq_grads(model, acts, hs)
         else:
             raise ValueError(f"unknown curvature {curvature!r}; valid: ef, ggn")
     return g_sum, c_sum, nll_i.mean(dim=(1, 2)).detach()
-
-
-def kl_to_prior(state, mean, prec):
-    """KL(N(mean, diag(1/prec)) || N(0, diag(1/prior_prec))) per replica."""
-    return kl_diag_gaussians(mean, 1.0 / prec, torch.zeros_like(mean), 1.0 / state["prior_prec"])

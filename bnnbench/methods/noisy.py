@@ -28,7 +28,8 @@ import torch
 
 from bnnbench.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads
 from bnnbench.methods import gamma_noise
-from bnnbench.methods.base import Method, Predictive, Problem, State, hyper_state, likelihood_of
+from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
+from bnnbench.methods.mean_field import MeanField
 from bnnbench.metrics import kl_diag_gaussians
 
 
@@ -75,68 +76,46 @@ class _NoisyBase(Method):
 
     needs_autograd = False  # closed-form cotangents and a manual backward pass
 
-    def _common_init(self, problem: Problem, mean):
+    def _common_init(self, problem: Problem, generator: torch.Generator):
         R = problem.n_replicas
-        dev, dt = mean.device, mean.dtype
-        state = {**hyper_state(problem), "mean": mean, "t": torch.zeros(R, dtype=torch.long, device=dev)}
+        mean = self.init_params(problem, generator)
+        state = {**hyper_state(problem), "mean": mean, "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
         if gamma_noise.learns_noise(self.cfg, self.likelihood, default=True):
-            state.update(gamma_noise.init_state(self.cfg, R, dev, dt))
+            state.update(gamma_noise.init_state(self.cfg, R, mean.device, mean.dtype))
         return state
 
     def gamma_in(self, state):
         """lambda / (N eta) = kl_weight * prior_prec / N, per parameter ``[R, P]``."""
         return float(self.cfg.kl_weight) * state["prior_prec"] / state["n_data"].to(state["mean"].dtype)[:, None]
 
-    def _noise_step(self, state, f, y):
+    def _noise_step(self, state, f, y, lr_scale):
         """Adam step on q(tau)'s (log a, log b) (``gamma_noise.step``); nothing without a learned noise."""
-        return gamma_noise.step(self.cfg, state, f, y, self.lr_scale) if "log_ab" in state else {}
+        return gamma_noise.step(self.cfg, state, f, y, lr_scale) if "log_ab" in state else {}
 
-    def sampled_targets(self, state, f, generator_noise):
-        """y~ ~ p(y | x, w) for the true Fisher (Gaussian with E_q[tau], Bernoulli, categorical)."""
-        if self.likelihood == "gaussian":
-            return f[..., 0] + generator_noise * state["noise_prec"].rsqrt().reshape(-1, 1, 1)
-        if self.likelihood == "bernoulli":
-            return (generator_noise < torch.sigmoid(f[..., 0])).to(f.dtype)
-        return torch.argmax(torch.log_softmax(f, -1) - torch.log(-torch.log(generator_noise)), -1)
-
-    def _target_noise(self, shape, generator, dtype, device):
-        if self.likelihood == "gaussian":
-            return torch.randn(shape, generator=generator, dtype=dtype, device=device)
-        if self.likelihood == "bernoulli":
-            return torch.rand(shape, generator=generator, dtype=dtype, device=device)
-        return torch.rand(*shape, self.model.output_dim, generator=generator, dtype=dtype, device=device).clamp_min(1e-12)
+    def _target_noise(self, state, batch, generator):
+        """The standard draws of targets y~ ~ p(y | x, w) for the true Fisher (``Likelihood.sample_noise``)."""
+        f_shape = (state["mean"].shape[0], int(self.cfg.train_samples), batch.x.shape[1], self.model.output_dim)
+        return likelihood_of(state, self.likelihood).sample_noise(f_shape, generator, batch.x.dtype, batch.x.device)
 
     def _backprop_observed_and_sampled(self, state, layers, x, y, y_noise):
         """One forward pass, then one manual backward pass (``backprop``) for two cotangents, both in closed form
-        (``grad_f``): the back-propagated gradients ``dz`` of the minibatch-mean log-likelihood of the observed
-        targets and ``ds`` of the per-example log-likelihoods of targets drawn from the model (the true Fisher's).
-        Returns ``f, ll [R, S], acts, dz, ds``."""
+        (``grad_f``, ``sampled_score``): the back-propagated gradients ``dz`` of the minibatch-mean log-likelihood of
+        the observed targets and ``ds`` of the per-example log-likelihoods of targets drawn from the model (the true
+        Fisher's). Returns ``f, ll [R, S], acts, dz, ds``."""
         f, acts, zs = forward_cache(self.model, layers, x)
         lik = likelihood_of(state, self.likelihood)   # the Gaussian's precision: E_q[tau] = a / b
         B = x.shape[-2]
         g_obs = lik.grad_f(f, y) / B
-        if self.likelihood == "gaussian":  # tau (y~ - f) with y~ = f + eps / sqrt(tau): sqrt(tau) eps
-            g_smp = (state["noise_prec"].sqrt().reshape(-1, 1, 1) * y_noise).unsqueeze(-1)
-        else:
-            g_smp = lik.grad_f(f, self.sampled_targets(state, f, y_noise))
-        gs = backprop(self.model, layers, acts, zs, torch.cat([g_obs, g_smp], -2))
+        gs = backprop(self.model, layers, acts, zs, torch.cat([g_obs, lik.sampled_score(f, y_noise)], -2))
         return f, lik.log_prob(f, y).mean(-1), acts, [g[..., :B, :] for g in gs], [g[..., B:, :] for g in gs]
 
-    def predict(self, state, x, n_samples, generator):
-        f = self.model.forward_layers(self.sample_layers(state, n_samples, generator), x)
-        tau = state.get("noise_prec")
-        if "log_ab" in state:  # tau_s ~ q(tau) per sample, as the authors' evaluation
-            tau = gamma_noise.sample_prec(state, n_samples)
-        return Predictive(f=f, noise_prec=tau)
 
-
-class NoisyAdam(_NoisyBase):
+class NoisyAdam(_NoisyBase, MeanField):
     name = "noisy_adam"
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
-        mean = self.model.init(problem.n_replicas, generator, self.cfg.init_mean,
-                               device=problem.prior_prec.device, dtype=problem.prior_prec.dtype)
-        state = self._common_init(problem, mean)
+        state = self._common_init(problem, generator)
+        mean = state["mean"]
         if self.cfg.get("init_std") is not None:  # f + gamma_in = lambda / (N sigma_0^2): the code's sigma_0 = 1e-5
             N = problem.n_data.to(mean.dtype)[:, None]
             f0 = float(self.cfg.kl_weight) / (N * float(self.cfg.init_std) ** 2) - self.gamma_in(state)
@@ -151,18 +130,10 @@ class NoisyAdam(_NoisyBase):
         return torch.sqrt(float(self.cfg.kl_weight) / N / (state["f"] + self.gamma_in(state)))
 
     def noise(self, state, batch, generator):
-        R, P = state["mean"].shape
-        S, B = int(self.cfg.train_samples), batch.x.shape[1]
-        return (torch.randn(R, S, P, generator=generator, dtype=batch.x.dtype, device=batch.x.device),
-                self._target_noise((R, S, B), generator, batch.x.dtype, batch.x.device))
+        """The weights' eps and the draws of the sampled targets."""
+        return super().noise(state, batch, generator), self._target_noise(state, batch, generator)
 
-    def sample_layers(self, state, n_samples, generator):
-        mean = state["mean"]
-        eps = torch.randn(mean.shape[0], n_samples, mean.shape[1], generator=generator, dtype=mean.dtype,
-                          device=mean.device)
-        return self.model.sampled_layers(mean, self.std(state), eps)
-
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         eps, y_noise = noise
         mean, gin = state["mean"], self.gamma_in(state)
         layers = self.model.sampled_layers(mean, self.std(state), eps)
@@ -175,20 +146,20 @@ class NoisyAdam(_NoisyBase):
         fisher_b = sum_sq_grads(self.model, acts, ds) / batch.x.shape[1]     # [R, S, P]
         w = mean.unsqueeze(1) + self.std(state).unsqueeze(1) * eps            # the sampled weights [R, S, P]
         v = (g - gin.unsqueeze(1) * w).mean(1)
-        b1, b2 = float(self.cfg.betas[0]), 1 - (1 - float(self.cfg.betas[1])) * self.lr_scale
+        b1, b2 = float(self.cfg.betas[0]), 1 - (1 - float(self.cfg.betas[1])) * lr_scale
         t = state["t"] + 1
         m = b1 * state["m"] + (1 - b1) * v
         fisher = b2 * state["f"] + (1 - b2) * fisher_b.mean(1)
         m_hat = m / (1 - b1 ** t.to(mean.dtype))[:, None]
-        new_mean = mean + float(self.cfg.lr) * self.lr_scale * m_hat / (fisher + gin + float(self.cfg.damping_ex))
-        new = {**state, "mean": new_mean, "m": m, "f": fisher, "t": t, **self._noise_step(state, f, batch.y)}
+        new_mean = mean + float(self.cfg.lr) * lr_scale * m_hat / (fisher + gin + float(self.cfg.damping_ex))
+        new = {**state, "mean": new_mean, "m": m, "f": fisher, "t": t, **self._noise_step(state, f, batch.y, lr_scale)}
         nll = -ll.mean(1)
         return new, {"objective": nll, "nll": nll}
 
     def kl(self, state):
         """lambda KL(q(w) || p(w)) (the tempered KL of the noisy-NG objective)."""
         mean = state["mean"]
-        return float(self.cfg.kl_weight) * kl_diag_gaussians(mean, self.std(state) ** 2, torch.zeros_like(mean),
+        return float(self.cfg.kl_weight) * kl_diag_gaussians(mean, self.var(state), torch.zeros_like(mean),
                                                              1 / state["prior_prec"])
 
 
@@ -199,10 +170,8 @@ class NoisyKFAC(_NoisyBase):
     name = "noisy_kfac"
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
-        mean = self.model.init(problem.n_replicas, generator, self.cfg.init_mean,
-                               device=problem.prior_prec.device, dtype=problem.prior_prec.dtype)
-        state = self._common_init(problem, mean)
-        R = problem.n_replicas
+        state = self._common_init(problem, generator)
+        mean, R = state["mean"], problem.n_replicas
         for l, (_, _, d_in, d_out) in enumerate(self.model.slices):
             eye_a = torch.eye(d_in + 1, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
             eye_s = torch.eye(d_out, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
@@ -269,10 +238,10 @@ class NoisyKFAC(_NoisyBase):
         return cA @ ((cA.transpose(-1, -2) @ V) @ cS) @ cS.transpose(-1, -2) * N_over_kl
 
     def noise(self, state, batch, generator):
-        R, S_, B = state["mean"].shape[0], int(self.cfg.train_samples), batch.x.shape[1]
+        R, S_ = state["mean"].shape[0], int(self.cfg.train_samples)
         eps = [torch.randn(R, S_, d_in + 1, d_out, generator=generator, dtype=batch.x.dtype, device=batch.x.device)
                for _, _, d_in, d_out in self.model.slices]
-        return eps, self._target_noise((R, S_, B), generator, batch.x.dtype, batch.x.device)
+        return eps, self._target_noise(state, batch, generator)
 
     def _sample_hom(self, state, eps):
         """W_l = M_l + cA_l E cS_l^T, so Cov vec(W_l) = (lambda/N)[A^g_in]^-1 (x) [S^g_in]^-1."""
@@ -288,7 +257,10 @@ class NoisyKFAC(_NoisyBase):
                            device=state["mean"].device) for _, _, d_in, d_out in self.model.slices]
         return self._layers_from_hom(self._sample_hom(state, eps))
 
-    def step(self, state, batch, noise):
+    def predict(self, state, x, n_samples, generator):
+        return self._predictive(state, self.model.forward_layers(self.sample_layers(state, n_samples, generator), x))
+
+    def step(self, state, batch, noise, lr_scale=1.0):
         eps, y_noise = noise
         t = state["t"] + 1
         k = int(t[0])
@@ -304,7 +276,7 @@ class NoisyKFAC(_NoisyBase):
         b1 = float(self.cfg.get("momentum", 0.0))
         bias_corr = (1 - b1 ** t.to(state["mean"].dtype))[:, None, None] if b1 > 0 else None
         g_in = g_in[:, None, None]
-        beta = float(self.cfg.beta) * self.lr_scale
+        beta = float(self.cfg.beta) * lr_scale
         steps = []
         for l, (a, d_y, d_s, W) in enumerate(zip(acts, dz, ds, hom)):
             R, S_, B = a.shape[:3]
@@ -327,9 +299,9 @@ class NoisyKFAC(_NoisyBase):
                 new[f"A{l}"] = torch.baddbmm(state[f"A{l}"], a1.transpose(1, 2), a1,
                                              **(dict(ema, alpha=beta / B) if shared else ema))
                 new[f"S{l}"] = torch.baddbmm(state[f"S{l}"], d.transpose(1, 2), d, **ema)
-        new["mean"] = state["mean"] + float(self.cfg.lr) * self.lr_scale * self._flat(steps)
+        new["mean"] = state["mean"] + float(self.cfg.lr) * lr_scale * self._flat(steps)
         new["t"] = t
-        new.update(self._noise_step(state, f, batch.y))
+        new.update(self._noise_step(state, f, batch.y, lr_scale))
         new = self._refresh(new, covariance=k % T_stats == 0, inverses=k % T_inv == 0)
         nll = -ll.mean(1)
         return new, {"objective": nll, "nll": nll}

@@ -29,7 +29,7 @@ from bnnbench.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_lo
                                       top_eigh)
 from bnnbench.linalg.per_example import (collapse_samples, forward_cache, gradient_gram, gradient_t_times,
                                          gradient_times, layer_factors, materialise, sum_grads, sum_sq_grads)
-from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
+from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of, standard_normal
 from bnnbench.methods.natural import as_leaves
 
 
@@ -44,17 +44,14 @@ class SLANG(Method):
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         R, P = problem.prior_prec.shape
-        dev, dt = problem.prior_prec.device, problem.prior_prec.dtype
-        L = int(self.cfg.rank)
-        mean = self.model.init(R, generator, self.cfg.init_mean, device=dev, dtype=dt)
-        return {**hyper_state(problem), "mean": mean, "U": torch.zeros(R, P, L, device=dev, dtype=dt),
+        mean = self.init_params(problem, generator)
+        return {**hyper_state(problem), "mean": mean, "U": mean.new_zeros(R, P, int(self.cfg.rank)),
                 "d": torch.full_like(mean, float(self.cfg.s_init)), "m": torch.zeros_like(mean),
-                "t": torch.zeros(R, dtype=torch.long, device=dev)}
+                "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
 
     def noise(self, state, batch, generator):
         R, P = state["mean"].shape
-        eps = torch.randn(R, int(self.cfg.train_samples), P, generator=generator, device=state["mean"].device,
-                          dtype=state["mean"].dtype)
+        eps = standard_normal(state["mean"], int(self.cfg.train_samples), generator)
         how = self.cfg.get("eig", "gram")
         if how == "gram":
             return eps, None
@@ -66,12 +63,12 @@ class SLANG(Method):
     def sample(self, state, eps):
         return state["mean"].unsqueeze(1) + fast_sample(state["U"], state["d"], eps)
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         eps, probes = noise
         mean, U, d, lam = state["mean"], state["U"], state["d"], state["prior_prec"]
         R, P, L = U.shape
         t = state["t"] + 1
-        alpha = self.lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)[:, None]
+        alpha = lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)[:, None]
         beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)[:, None]
 
         theta = self.sample(state, eps)
@@ -165,7 +162,5 @@ class SLANG(Method):
         return V * e.sqrt().unsqueeze(1)
 
     def predict(self, state, x, n_samples, generator):
-        mean = state["mean"]
-        eps = torch.randn(mean.shape[0], n_samples, mean.shape[1], generator=generator, device=mean.device,
-                          dtype=mean.dtype)
+        eps = standard_normal(state["mean"], n_samples, generator)
         return self._predictive(state, self.model.forward(self.sample(state, eps), x))

@@ -16,42 +16,37 @@ from __future__ import annotations
 
 import torch
 
-from bnnbench.methods.base import Method, Problem, State, hyper_state
-from bnnbench.methods.natural import kl_to_prior, leaf_layers, sample_gradients
+from bnnbench.methods.base import Problem, State, hyper_state
+from bnnbench.methods.mean_field import DiagonalPrecision
+from bnnbench.methods.natural import leaf_layers, sample_gradients
 
 
-class Vadam(Method):
+class Vadam(DiagonalPrecision):
     name = "vadam"
     momentum = True
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
-        R = problem.n_replicas
-        dev, dt = problem.prior_prec.device, problem.prior_prec.dtype
-        mean = self.model.init(R, generator, self.cfg.init_mean, device=dev, dtype=dt)
-        N = problem.n_data.to(dt)[:, None]
+        mean = self.init_params(problem, generator)
+        N = problem.n_data.to(mean.dtype)[:, None]
         prec_init = problem.prior_prec if self.cfg.get("prec_init") is None else float(self.cfg.prec_init)
         s = ((prec_init - problem.prior_prec) / N).clamp_min(0) * torch.ones_like(mean)
-        state = {**hyper_state(problem), "mean": mean, "s": s, "t": torch.zeros(R, dtype=torch.long, device=dev)}
+        state = {**hyper_state(problem), "mean": mean, "s": s,
+                 "t": torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device)}
         if self.momentum:
             state["m"] = torch.zeros_like(mean)
         return state
 
-    def posterior_prec(self, state):
+    def prec(self, state):
+        """The posterior precision N s + lambda."""
         return state["n_data"].to(state["s"].dtype)[:, None] * state["s"] + state["prior_prec"]
 
-    def noise(self, state, batch, generator):
-        R, P = state["mean"].shape
-        return torch.randn(R, int(self.cfg.train_samples), P, generator=generator, device=state["mean"].device,
-                           dtype=state["mean"].dtype)
-
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         mean, s = state["mean"], state["s"]
-        prec = self.posterior_prec(state)
-        g, nll = sample_gradients(self, state, leaf_layers(self.model, mean, prec.rsqrt(), noise), batch)
+        g, nll = sample_gradients(self, state, leaf_layers(self.model, mean, self.std(state), noise), batch)
         g_bar, g2_bar = g.mean(1), (g * g).mean(1)
         lam_t = state["prior_prec"] / state["n_data"].to(mean.dtype)[:, None]
         t = state["t"] + 1
-        alpha = float(self.cfg.lr) * self.lr_scale
+        alpha = float(self.cfg.lr) * lr_scale
         new = {**state, "t": t}
         if self.momentum:
             g1, g2 = (float(b) for b in self.cfg.betas)
@@ -65,19 +60,6 @@ class Vadam(Method):
             s = beta * s + (1 - beta) * g2_bar
             new.update(s=s, mean=mean - alpha * (g_bar + lam_t * mean) / (s.sqrt() + lam_t))
         return new, {"objective": nll, "nll": nll}
-
-    def kl(self, state):
-        return kl_to_prior(state, state["mean"], self.posterior_prec(state))
-
-    def gaussian(self, state):
-        return state["mean"], torch.diag_embed(1 / self.posterior_prec(state))
-
-    def predict(self, state, x, n_samples, generator):
-        mean = state["mean"]
-        eps = torch.randn(mean.shape[0], n_samples, mean.shape[1], generator=generator, device=mean.device,
-                          dtype=mean.dtype)
-        std = self.posterior_prec(state).rsqrt()
-        return self._predictive(state, self.model.forward_layers(self.model.sampled_layers(mean, std, eps), x))
 
 
 class Vprop(Vadam):

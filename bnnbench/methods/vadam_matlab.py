@@ -25,22 +25,22 @@ from bnnbench.methods.vogn import VOGN
 
 
 class VadamMatlab(VOGN):
-    """Shares VOGN's mean-field state (``mean``, ``prec``), sampling, KL and prediction; adds ``S`` and ``m``."""
+    """VOGN's mean-field state (``mean``, ``prec``) and initialisation, with ``S`` and ``m`` added."""
     name = "vadam_matlab"
 
     def init(self, problem, generator):
         state = super().init(problem, generator)
         return {**state, "S": state["prec"].clone(), "m": torch.zeros_like(state["mean"])}
 
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         mean, lam = state["mean"], state["prior_prec"]
-        g, nll = sample_gradients(self, state, leaf_layers(self.model, mean, state["prec"].rsqrt(), noise), batch)
+        g, nll = sample_gradients(self, state, leaf_layers(self.model, mean, self.std(state), noise), batch)
         N = state["n_data"].to(mean.dtype)[:, None]
         g = N * g.mean(1)                                     # (N / M) sum_i grad l_i, averaged over samples
         t = state["t"] + 1
         tt = t.to(mean.dtype)[:, None]
         kappa = float(self.cfg.decay)
-        alpha = self.lr_scale * decayed(float(self.cfg.lr), kappa, t).to(mean.dtype)[:, None]
+        alpha = lr_scale * decayed(float(self.cfg.lr), kappa, t).to(mean.dtype)[:, None]
         beta = decayed(float(self.cfg.beta), kappa, t).to(mean.dtype)[:, None]
         rho = float(self.cfg.momentum)
         m = rho * state["m"] + (1 - rho) * (g + lam * mean)

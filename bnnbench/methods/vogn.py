@@ -15,49 +15,30 @@ from __future__ import annotations
 
 import torch
 
-from bnnbench.methods.base import Method, Problem, State, hyper_state
-from bnnbench.methods.natural import kl_to_prior, leaf_layers, per_example_stats
+from bnnbench.methods.base import Problem, State, hyper_state
+from bnnbench.methods.mean_field import DiagonalPrecision
+from bnnbench.methods.natural import leaf_layers, per_example_stats
 
 
-class VOGN(Method):
+class VOGN(DiagonalPrecision):
     name = "vogn"
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
-        R = problem.n_replicas
-        dev, dt = problem.prior_prec.device, problem.prior_prec.dtype
-        mean = self.model.init(R, generator, self.cfg.init_mean, device=dev, dtype=dt)
+        mean = self.init_params(problem, generator)
         prec = torch.full_like(mean, float(self.cfg.prec_init)) if self.cfg.get("prec_init") is not None \
             else problem.prior_prec.clone()
         return {**hyper_state(problem), "mean": mean, "prec": prec,
-                "t": torch.zeros(R, dtype=torch.long, device=dev)}
+                "t": torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device)}
 
-    def noise(self, state, batch, generator):
-        R, P = state["mean"].shape
-        return torch.randn(R, int(self.cfg.train_samples), P, generator=generator, device=state["mean"].device,
-                           dtype=state["mean"].dtype)
-
-    def step(self, state, batch, noise):
+    def step(self, state, batch, noise, lr_scale=1.0):
         mean, prec, lam = state["mean"], state["prec"], state["prior_prec"]
-        layers = leaf_layers(self.model, mean, prec.rsqrt(), noise)
+        layers = leaf_layers(self.model, mean, self.std(state), noise)
         g_sum, c_sum, nll = per_example_stats(self, state, layers, batch, self.cfg.curvature)
         N = state["n_data"].to(mean.dtype)[:, None]
         M = batch.x.shape[1]
         g_hat = N * g_sum.mean(1) / M
         h_hat = N * c_sum.mean(1) / M
-        beta, alpha = float(self.cfg.beta), float(self.cfg.lr) * self.lr_scale
+        beta, alpha = float(self.cfg.beta), float(self.cfg.lr) * lr_scale
         prec = beta * prec + (1 - beta) * (h_hat + lam)
         new_mean = mean - alpha * (g_hat + lam * mean) / prec
         return {**state, "mean": new_mean, "prec": prec, "t": state["t"] + 1}, {"objective": nll, "nll": nll}
-
-    def gaussian(self, state):
-        return state["mean"], torch.diag_embed(1 / state["prec"])
-
-    def kl(self, state):
-        return kl_to_prior(state, state["mean"], state["prec"])
-
-    def predict(self, state, x, n_samples, generator):
-        mean = state["mean"]
-        eps = torch.randn(mean.shape[0], n_samples, mean.shape[1], generator=generator, device=mean.device,
-                          dtype=mean.dtype)
-        return self._predictive(state, self.model.forward_layers(
-            self.model.sampled_layers(mean, state["prec"].rsqrt(), eps), x))
