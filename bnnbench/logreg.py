@@ -45,6 +45,16 @@ def cov_to_design_order(cov: np.ndarray) -> np.ndarray:
     return cov[..., perm[:, None], perm[None, :]]
 
 
+def to_mlp_order(theta_vec: np.ndarray) -> np.ndarray:
+    """Design order ``[b, w]`` -> MLP order ``[w, b]`` along the last axis (inverse of ``to_design_order``)."""
+    return np.concatenate([theta_vec[..., 1:], theta_vec[..., :1]], axis=-1)
+
+
+def cov_to_mlp_order(cov: np.ndarray) -> np.ndarray:
+    perm = np.r_[np.arange(1, cov.shape[-1]), 0]
+    return cov[..., perm[:, None], perm[None, :]]
+
+
 def prior_vector(n_features: int, prior_prec: float, bias_prior_prec: float | None) -> np.ndarray:
     """Prior precisions in design order: the bias coordinate, then the weights."""
     lam = np.full(n_features + 1, float(prior_prec))

@@ -1,4 +1,5 @@
-"""The one method interface (DESIGN.md): ``init``, ``update`` (= ``noise`` then ``step``), ``predict``.
+"""The one method interface (DESIGN.md): ``init``, ``update`` (= ``noise`` then ``step``), ``predict``; or, for a
+method that is solved rather than stepped (``solved = True``), ``solve`` in place of ``init`` and ``update``.
 
 A method is bound to a model and a likelihood, like an optimiser is bound to parameters. Its state is
 a plain ``dict`` of tensors that all carry the replica axis first, so any replica (split, seed, fold,
@@ -6,7 +7,9 @@ hyper-parameter candidate) can be sliced out and stepped alone. Hyper-parameters
 replicas (prior and noise precisions, dropout rates) live in the state too.
 
 ``step`` is a pure function of (state, batch, noise): the random draws of an update are made by
-``noise`` from a generator, so tests can replay exactly the same update on one replica alone.
+``noise`` from a generator, so tests can replay exactly the same update on one replica alone. ``solve`` fits
+every replica on its own training rows at once (exact VI: L-BFGS on the exact ELBO), so a replica's solution is
+its solve alone.
 """
 
 from __future__ import annotations
@@ -83,9 +86,11 @@ class Settings(dict):
 
 
 class Method:
-    """Base class: subclasses define ``init``, ``noise``, ``step`` and ``predict``."""
+    """Base class: subclasses define ``init``, ``noise``, ``step`` and ``predict`` (solved methods: ``solve``
+    and ``predict``)."""
 
     name = "method"
+    solved = False  # True: the harness calls ``solve`` once instead of ``update`` in a training loop
     lr_scale = 1.0  # set by the engine's learning-rate schedule
     # False where ``step`` builds no autograd graph: ``update`` then runs in inference mode (~10% less per-op
     # overhead at UCI scale), and the state it returns holds inference tensors
@@ -112,6 +117,12 @@ class Method:
             return self.step(state, batch, self.noise(state, batch, generator))
         with torch.inference_mode():
             return self.step(state, batch, self.noise(state, batch, generator))
+
+    def solve(self, problem: Problem, data, *, gtol: float) -> tuple[State, dict]:
+        """The fitted state of every replica, replica r on the training rows ``data.x_train[data.data_index[r]]``
+        of ``data`` (``engine.ReplicaData``), to the solver's gradient tolerance ``gtol``; and the solver's report
+        (kept in the run's record)."""
+        raise NotImplementedError(f"{self.name} is stepped (update), not solved")
 
     def predict(self, state: State, x: torch.Tensor, n_samples: int,
                 generator: torch.Generator) -> Predictive:
