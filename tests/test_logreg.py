@@ -223,6 +223,20 @@ def test_exact_columns_end_to_end(tmp_path, env):
     assert full["exact"]["cached_solutions"] == 0 and full["exact"]["lbfgs_iterations"] > 0
     again, _ = _run(tmp_path, "exact_full", "skip_done=false")   # the solutions are cached now
     assert again["exact"]["cached_solutions"] == 2 and again["summary"] == full["summary"]
+    assert not (d_full / "history.json").exists()               # solved, not trained: no evaluations
+
+
+@needs_mirror
+@pytest.mark.parametrize("extra, message", [
+    (["experiment=slang_table1", "data=libsvm/breast_cancer", "hpo=grid"], "hpo=fixed"),
+    (["experiment=slang_table1", "data=libsvm/breast_cancer", "protocol.posterior_metrics=null"], "valid: logreg"),
+    (["data=uci/boston", "hpo=fixed"], "binary task"),
+])
+def test_exact_columns_name_what_is_valid(tmp_path, env, extra, message):
+    ov = ["method=exact_mf", f"runs_root={tmp_path}", *extra]
+    with pytest.raises(ConfigError, match=message):
+        execute(compose(ov), ov, tmp_path / "run", log=lambda m: None)
+    assert not (tmp_path / "run" / "failed.json").exists()
 
 
 @needs_mirror
