@@ -21,9 +21,9 @@ import time
 import torch
 
 from bnnbench.data import load_dataset
-from bnnbench.logreg import EXACT_METHODS
 from bnnbench.protocol import resolve
 from bnnbench.fit import FitOptions, fit
+from bnnbench.methods import method_class
 from bnnbench.splits import select_splits, with_restarts
 
 
@@ -87,7 +87,7 @@ def main():
     est = {}
     for cell in cells:
         label = cell.get("label") or cell["method"]
-        if cell["method"] in EXACT_METHODS:
+        if method_class(cell["method"]).solved:
             est[label, cell["data"]] = time_exact(cell)
             print(f"{cell['data']:>22s} {label:>13s}: {est[label, cell['data']]:7.1f} s (run in full)", flush=True)
             continue

@@ -191,14 +191,12 @@ def cmd_plot(args) -> int:
 
 def cmd_list(args) -> int:
     from bnnbench.data import list_datasets
-    from bnnbench.logreg import EXACT_METHODS
     from bnnbench.methods import METHODS
     what = args.what
     if what in ("all", "datasets"):
         print("datasets:    " + ", ".join(list_datasets()))
     if what in ("all", "methods"):
-        print("methods:     " + ", ".join(sorted(METHODS)) + "; exact VI (logistic regression): "
-              + ", ".join(sorted(EXACT_METHODS)))
+        print("methods:     " + ", ".join(f"{n} (solved)" if METHODS[n].solved else n for n in sorted(METHODS)))
     if what in ("all", "protocols"):
         print("protocols:   " + ", ".join(list_names("protocol")))
     if what in ("all", "experiments"):

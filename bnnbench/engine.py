@@ -124,6 +124,7 @@ class TrainResult:
     diverged: torch.Tensor  # [R] bool
     method: Method | None = None
     resumed_s: float = 0.0  # training time spent before the checkpoint this run resumed from (in wall_time_s)
+    solve_info: dict | None = None  # a solved method's report of its solve (``Method.solve``)
 
 
 def epoch_batches(data: ReplicaData, batch_size: int, generator: torch.Generator):

@@ -3,7 +3,8 @@
 1. resolve the protocol (``bnnbench.protocol``) and load the data set (fetched on first use);
 2. choose hyper-parameters per split without the test rows (``selection``);
 3. train the final model on every training split as one batched program (``fit``, ``replica_workers``,
-   ``stages``) and evaluate on the test rows;
+   ``stages``) and evaluate on the test rows, or, for a solved method (exact VI), solve it once
+   (``fit.solve_replicas``); a Gaussian posterior's metrics follow (``posterior_metrics``);
 4. write ``record.json`` (or ``failed.json`` with the reason when training diverges) through ``results``.
 """
 
@@ -22,7 +23,7 @@ from bnnbench.config import ConfigError
 from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError
 from bnnbench.exact_vi import NotConvergedError
-from bnnbench.fit import FitOptions
+from bnnbench.fit import FitOptions, build_method, solve_replicas
 from bnnbench.metrics import STDERR_CONVENTION, summarise
 from bnnbench.protocol import resolve
 from bnnbench.replica_workers import fit_replicas
@@ -117,8 +118,9 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
     resumed_from = resume.describe()
     if resumed_from:
         log(f"resuming from {resumed_from} (saved in {run_dir})")
-    if cfg.method.name in logreg.EXACT_METHODS:
-        return _execute_exact(spec, ds, splits, base, run_dir, t0, commit)
+    solved = build_method(spec, ds).solved   # the method's own requirements (task, model) are checked here
+    if solved:
+        _check_solved(spec, cfg)
     if spec.hpo.get("kind") == "recorded":
         hparams = recorded_hparams(spec, splits)
         trace, hpo_replayed_s = [], 0.0
@@ -134,12 +136,14 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
                       checkpoint=resume.fit, checkpoint_every=int(cfg.get("checkpoint_every", 10)))
     workers = cfg.get("workers")
     try:
-        if spec.stages:
+        if solved:
+            res, stages = solve_replicas(spec, ds, pairs, list(range(len(pairs))), hparams, opts), None
+        elif spec.stages:
             res, stages = fit_stages(spec, ds, hparams, gen, resume.stages, opts, workers=workers)
         else:
             res, stages = fit_replicas(spec, ds, pairs, list(range(len(pairs))), hparams, gen,
                                        replace(opts, eval_samples_final=spec.eval_samples_final), workers=workers), None
-    except DivergenceError as e:
+    except (DivergenceError, NotConvergedError) as e:
         results.write_failure(run_dir, str(e), {**base, "hparams": hparams,
                                                  "wall_time_s": time.perf_counter() - t0})
         resume.remove()
@@ -158,11 +162,23 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
               "wall_time_s": time.perf_counter() - t0 + hpo_replayed_s + res.resumed_s, "hpo_time_s": t_hpo,
               "train_time_s": res.wall_time_s,
               "train_steps": res.steps, "versions": results.versions(), "git_commit": commit,
-              **({"stages": stages} if stages else {})}
-    results.write_record(run_dir, record, history={"epochs": res.history.epochs, "metrics": res.history.metrics,
-                                                   "splits": [s.name for s in splits]})
+              **({"stages": stages} if stages else {}), **({"exact": res.solve_info} if res.solve_info is not None else {})}
+    history = {"epochs": res.history.epochs, "metrics": res.history.metrics, "splits": [s.name for s in splits]}
+    results.write_record(run_dir, record, history=history if res.history.epochs else None)
     resume.remove()
     return record
+
+
+def _check_solved(spec, cfg) -> None:
+    """A solved method fits the protocol's fixed hyper-parameters once per split and is not evaluated by sampling:
+    its metrics are those of its posterior (``posterior_metrics``)."""
+    name = cfg.method.name
+    if spec.hpo.get("kind") != "fixed":
+        raise ConfigError(f"{name} is solved, not trained: it takes the protocol's fixed hyper-parameters (hpo=fixed), "
+                          f"not hpo={spec.hpo.get('kind')}")
+    if spec.posterior_metrics is None:
+        raise ConfigError(f"{name} is solved, not trained: its metrics are its posterior's, and protocol "
+                          f"{cfg.protocol.name!r} sets no posterior_metrics (valid: logreg)")
 
 
 def _logreg_priors(spec, ds, hparams):
@@ -170,30 +186,3 @@ def _logreg_priors(spec, ds, hparams):
         raise ConfigError("posterior_metrics=logreg needs a linear model (protocol hidden: [])")
     D = int(np.prod(ds.X.shape[1:]))
     return [logreg.prior_vector(D, h.get("prior_prec", 1.0), spec.bias_prior_prec) for h in hparams]
-
-
-def _execute_exact(spec, ds, splits, base, run_dir, t0, commit):
-    """The exact Gaussian VI columns (``exact_full``, ``exact_mf``): L-BFGS per split, no training loop."""
-    if spec.task != "binary":
-        raise ConfigError(f"{base['method']} is exact VI for logistic regression; {ds.name} is a {spec.task} data set")
-    if spec.hpo.get("kind") not in ("fixed", None):
-        raise ConfigError(f"{base['method']} takes the protocol's fixed prior precision (hpo=fixed)")
-    hparams = [dict(spec.fixed) for _ in splits]
-    lams = _logreg_priors(spec, ds, hparams)
-    family = logreg.EXACT_METHODS[base["method"]]
-    gtol = spec.exact_gtol or 1e-6
-    try:
-        rows, info = logreg.exact_metrics(ds, splits, lams, family, gtol, run_dir=run_dir)
-    except NotConvergedError as e:
-        results.write_failure(run_dir, str(e), {**base, "hparams": hparams, "wall_time_s": time.perf_counter() - t0})
-        raise
-    per_split = [{"split": s.name, **r} for s, r in zip(splits, rows)]
-    record = {**base, "metrics": per_split,
-              "summary": {k: summarise([m[k] for m in per_split]) for k in rows[0]},
-              "stderr_convention": STDERR_CONVENTION, "loglik_convention_of_paper": spec.loglik,
-              "hparams": [{"split": s.name, **h} for s, h in zip(splits, hparams)], "hpo_trace": [],
-              "exact": {"family": family, "gtol": gtol, **info},
-              "wall_time_s": time.perf_counter() - t0, "hpo_time_s": 0.0, "train_time_s": time.perf_counter() - t0,
-              "train_steps": info["lbfgs_iterations"], "versions": results.versions(), "git_commit": commit}
-    results.write_record(run_dir, record)
-    return record

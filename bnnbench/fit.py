@@ -1,20 +1,22 @@
-"""One batched program: a method trained on many replicas at once, each with its own rows and hyper-parameters.
+"""One batched program: a method fitted on many replicas at once, each with its own rows and hyper-parameters.
 
-``fit`` builds the network and the method for a run's settings, the per-replica data (``engine.ReplicaData``)
-and the ``Problem`` a method sees, then hands them to ``engine.train``. It runs in this process;
-``replica_workers`` splits the replica axis over processes around it.
+``program`` builds the network and the method for a run's settings, the per-replica data (``engine.ReplicaData``)
+and the ``Problem`` a method sees; ``fit`` hands them to ``engine.train`` (a stepped method), ``solve_replicas`` to
+``Method.solve`` (a solved one). Both run in this process; ``replica_workers`` splits the replica axis over
+processes around ``fit``.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bnnbench.engine import ReplicaData, TrainResult, train
-from bnnbench.methods import Problem, method_class
+from bnnbench.engine import History, ReplicaData, TrainResult, train
+from bnnbench.methods import Method, Problem, method_class
 from bnnbench.methods.base import hyper_state
 from bnnbench.models import MLP
 from bnnbench.protocol import RunSpec
@@ -63,14 +65,22 @@ def make_problem(spec: RunSpec, model: MLP, data: ReplicaData, hparams: list[dic
                    noise_prec=noise, y_scale=y_scale, hparams=own)
 
 
-def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptions,
-        init_state=None) -> TrainResult:
-    """Train one batched program in this process: replica r trains on ``pairs[data_index[r]]`` with ``hparams[r]``.
-    ``init_state`` continues a trained state (a later stage) with this data's sizes and priors."""
+def program(spec: RunSpec, ds, pairs, data_index, hparams, opts: FitOptions) -> tuple[Method, ReplicaData, Problem]:
+    """The method, data and problem of one batched program: replica r fits ``pairs[data_index[r]]`` with
+    ``hparams[r]``. A solved method's data are float64 whatever ``opts.dtype``: its solutions are fitted, cached
+    and compared in float64."""
     method = build_method(spec, ds)
     data = ReplicaData.build(ds.X, ds.y, pairs, data_index, spec.normalize_x,
-                             spec.normalize_y and spec.task == "regression", device=opts.device, dtype=opts.dtype)
-    problem = make_problem(spec, method.model, data, hparams)
+                             spec.normalize_y and spec.task == "regression", device=opts.device,
+                             dtype=torch.float64 if method.solved else opts.dtype)
+    return method, data, make_problem(spec, method.model, data, hparams)
+
+
+def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptions,
+        init_state=None) -> TrainResult:
+    """Train one batched program (``program``) in this process. ``init_state`` continues a trained state (a later
+    stage) with this data's sizes and priors."""
+    method, data, problem = program(spec, ds, pairs, data_index, hparams, opts)
     state = method.init(problem, generator) if init_state is None else {**init_state, **hyper_state(problem)}
     return train(method, state, data, epochs=opts.epochs or spec.epochs, batch_size=spec.batch_size,
                  lr_drop=spec.lr_drop, eval_samples=opts.eval_samples or spec.eval_samples,
@@ -78,3 +88,15 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptio
                  eval_every=opts.eval_every, stop_on_divergence=opts.stop_on_divergence, progress=opts.progress,
                  desc=opts.desc, checkpoint=opts.checkpoint, checkpoint_every=opts.checkpoint_every,
                  replica_offset=opts.replica_offset)
+
+
+def solve_replicas(spec: RunSpec, ds, pairs, data_index, hparams, opts: FitOptions) -> TrainResult:
+    """Solve one batched program (``program``) of a solved method once, to the protocol's ``exact_gtol``: no
+    training loop and no evaluation, so the result holds the fitted state, no history or metrics, no steps, and
+    the solver's report (``solve_info``)."""
+    method, data, problem = program(spec, ds, pairs, data_index, hparams, opts)
+    t0 = time.perf_counter()
+    state, info = method.solve(problem, data, gtol=spec.exact_gtol or 1e-6)
+    return TrainResult(state, History(), {}, time.perf_counter() - t0, 0,
+                       torch.zeros(data.n_replicas, dtype=torch.bool, device=data.data_index.device), method,
+                       solve_info=info)

@@ -5,7 +5,8 @@ The model is the MLP with no hidden layer, ``f(x) = w^T x + b``, with a Bernoull
 parameter vector is ``[w (D), b]``; the design-matrix form of ``bnnbench.exact_vi`` puts the bias first,
 ``X~ = [1, X]``, ``theta~ = [b, w]`` (as SLANG's MATLAB code, whose KL quirk concerns coordinate 0).
 
-For every method whose q is Gaussian (``Method.gaussian``) and for the exact solutions, per split:
+For every method whose q is Gaussian (``Method.gaussian``), the exact solutions included
+(``bnnbench.methods.exact_gaussian``), per split:
 
 * ``neg_elbo``: -ELBO(q) / N_train, exact (1-D quadrature, correct KL);
 * ``neg_elbo_paper``: the MATLAB convention of the published numbers: E[log(1 + e^z)] by the piecewise
@@ -26,8 +27,6 @@ import numpy as np
 
 from bnnbench import exact_vi, results
 
-EXACT_METHODS = {"exact_full": "full", "exact_mf": "mf"}
-
 
 def design(X: np.ndarray) -> np.ndarray:
     """``[1, x]`` rows: the bias coordinate first."""
@@ -42,6 +41,16 @@ def to_design_order(theta_vec: np.ndarray) -> np.ndarray:
 
 def cov_to_design_order(cov: np.ndarray) -> np.ndarray:
     perm = np.r_[cov.shape[-1] - 1, np.arange(cov.shape[-1] - 1)]
+    return cov[..., perm[:, None], perm[None, :]]
+
+
+def to_mlp_order(theta_vec: np.ndarray) -> np.ndarray:
+    """Design order ``[b, w]`` -> MLP order ``[w, b]`` along the last axis (inverse of ``to_design_order``)."""
+    return np.concatenate([theta_vec[..., 1:], theta_vec[..., :1]], axis=-1)
+
+
+def cov_to_mlp_order(cov: np.ndarray) -> np.ndarray:
+    perm = np.r_[np.arange(1, cov.shape[-1]), 0]
     return cov[..., perm[:, None], perm[None, :]]
 
 
@@ -111,26 +120,8 @@ def reference_solutions(ds, splits, lams, gtol: float, family: str = "full") -> 
     return out
 
 
-def exact_metrics(ds, splits, lams, family: str, gtol: float, run_dir=None) -> tuple[list[dict], dict]:
-    """Fit the exact ``family`` per split; metrics per split, and the total L-BFGS iterations and the
-    number of solutions taken from the cache (whose fitting time is then not in this run's wall time)."""
-    rows, info = [], {"lbfgs_iterations": 0, "cached_solutions": 0}
-    for s, lam in zip(splits, lams):
-        Xtr, ytr, Xte, yte = split_arrays(ds, s)
-        r = exact_solution(Xtr, ytr, lam, family, gtol=gtol)
-        info["lbfgs_iterations"] += r.n_iter
-        info["cached_solutions"] += r.message == "cached"
-        ref = r if family == "full" else exact_solution(Xtr, ytr, lam, "full", gtol=gtol)
-        ref_mf = r if family == "mf" else exact_solution(Xtr, ytr, lam, "mf", gtol=gtol)
-        if run_dir is not None and not rows:
-            results.save_posterior(run_dir, r.mean, r.cov)
-        rows.append(posterior_metrics(r.mean, r.cov, Xtr, ytr, Xte, yte, lam, (ref.mean, ref.cov),
-                                      (ref_mf.mean, ref_mf.cov)))
-    return rows, info
-
-
 def method_metrics(method, state, ds, splits, lams, gtol: float, run_dir=None) -> list[dict]:
-    """Table-1 metrics of a trained method's Gaussian q, replica r = split r."""
+    """Table-1 metrics of a fitted (trained or solved) method's Gaussian q, replica r = split r."""
     mean, cov = method.gaussian(state)
     mean = to_design_order(mean.detach().double().cpu().numpy())
     cov = cov_to_design_order(cov.detach().double().cpu().numpy())

@@ -24,10 +24,10 @@ def is_fast(cell: dict, spec: dict | None = None) -> bool:
     """A cell CI re-runs: a column of the table, with the exact columns on the small LIBSVM sets, the final trainings
     on the small UCI sets, or the experiment's own ``regression_datasets`` (NNG Table 1 trains 1000 epochs per cell:
     yacht only)."""
-    from bnnbench.logreg import EXACT_METHODS
+    from bnnbench.methods import method_class
     if spec is not None and (cell.get("label") or cell["method"]) not in (spec.get("methods") or {}):
         return False   # not a column of the table (Vadam Figure 3(a)'s Vprop): nothing to check against
-    if cell["method"] in EXACT_METHODS:
+    if method_class(cell["method"]).solved:
         return cell["data"] in FAST_EXACT_DATASETS
     return cell["data"] in ((spec or {}).get("regression_datasets") or FAST_DATASETS)
 
@@ -35,7 +35,7 @@ def is_fast(cell: dict, spec: dict | None = None) -> bool:
 def main(args) -> int:
     from bnnbench.config import cell_own_overrides, compose, experiment_spec, list_names
     from bnnbench.execute import execute
-    from bnnbench.logreg import EXACT_METHODS
+    from bnnbench.methods import method_class
     from bnnbench.reference import KEYS
     from bnnbench.tables import build_table, load_table
     from bnnbench.verdicts import compare_verdicts
@@ -54,7 +54,7 @@ def main(args) -> int:
             src = run_dir(results / "runs", exp, label, cell["data"])
             if not is_fast(cell, spec) or load_record(src) is None:
                 continue
-            hpo = [] if cell["method"] in EXACT_METHODS else ["hpo=recorded", f"hpo.record={src}"]
+            hpo = [] if method_class(cell["method"]).solved else ["hpo=recorded", f"hpo.record={src}"]
             ov = [f"experiment={exp}", f"method={cell['method']}", f"data={cell['data']}", *hpo,
                   f"runs_root={runs_root}", "progress=false", "skip_done=false",
                   f"label={label}",

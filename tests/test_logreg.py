@@ -12,7 +12,8 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench import exact_vi, logreg, results
-from bnnbench.config import compose
+from bnnbench.config import ConfigError, compose
+from bnnbench.engine import ReplicaData
 from bnnbench.methods import METHODS, Batch, Problem
 from bnnbench.models import MLP
 from bnnbench.execute import execute
@@ -102,6 +103,72 @@ def test_design_order_matches_the_linear_model():
     assert np.array_equal(logreg.prior_vector(3, 2.0, 1e-5), [1e-5, 2.0, 2.0, 2.0])
 
 
+def test_design_and_mlp_orders_are_inverse():
+    theta = np.arange(2 * 5.0).reshape(2, 5)
+    A = np.arange(2 * 25.0).reshape(2, 5, 5)
+    assert np.array_equal(logreg.to_mlp_order(logreg.to_design_order(theta)), theta)
+    assert np.array_equal(logreg.cov_to_mlp_order(logreg.cov_to_design_order(A)), A)
+
+
+def _exact_problem(method_name, seed=0):
+    """Two training sets of a synthetic logistic regression, replicas 1 and 2 sharing one, own prior precisions."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(60, 3)) * [1.0, 2.0, 0.5]
+    y = (rng.random(60) < 1 / (1 + np.exp(-X @ [1.0, -1.0, 2.0] - 0.3))).astype(float)
+    pairs = [(np.arange(0, 40), np.arange(40, 60)), (np.arange(20, 60), np.arange(0, 20))]
+    data = ReplicaData.build(X, y, pairs, data_index=[0, 1, 1], normalize_x=False, normalize_y=False, dtype=DT)
+    model = MLP([3, 1])
+    prior = torch.tensor([[0.5], [1.0], [4.0]], dtype=DT).expand(3, model.n_params).clone()
+    prior[:, model.bias_mask()] = 1e-2
+    method = METHODS[method_name](OmegaConf.create({"name": method_name}), model, "bernoulli")
+    return method, Problem("bernoulli", data.n_train[data.data_index], prior), data, X, y, pairs
+
+
+@pytest.mark.parametrize("name, family", [("exact_full", "full"), ("exact_mf", "mf")])
+def test_solve_is_the_exact_solution_of_each_replica(name, family, tmp_path, monkeypatch):
+    """The solved state, in MLP order [w, b], is ``exact_vi.fit_exact`` on the replica's rows in design order
+    [1, x] with its prior precisions; a second solve reads every solution from the cache."""
+    monkeypatch.setenv("BNNBENCH_CACHE", str(tmp_path))
+    method, problem, data, X, y, pairs = _exact_problem(name)
+    state, info = method.solve(problem, data, gtol=1e-8)
+    mean, cov = method.gaussian(state)
+    assert mean.shape == (3, 4) and cov.shape == (3, 4, 4) and mean.dtype == DT
+    iterations = 0
+    for r, u in enumerate([0, 1, 1]):
+        tr = pairs[u][0]
+        lam = logreg.to_design_order(problem.prior_prec[r].numpy())
+        ref = exact_vi.fit_exact(logreg.design(X[tr]), y[tr], lam, family, gtol=1e-8)
+        iterations += ref.n_iter
+        assert np.array_equal(logreg.to_design_order(mean[r].numpy()), ref.mean)
+        assert np.array_equal(logreg.cov_to_design_order(cov[r].numpy()), ref.cov)
+    assert not torch.equal(mean[1], mean[2])                     # same rows, other prior
+    if family == "mf":
+        assert torch.equal(cov, torch.diag_embed(cov.diagonal(dim1=-2, dim2=-1)))
+    assert info == {"family": family, "gtol": 1e-8, "lbfgs_iterations": iterations, "cached_solutions": 0}
+    again, info = method.solve(problem, data, gtol=1e-8)
+    assert info["cached_solutions"] == 3 and all(torch.equal(again[k], state[k]) for k in state)
+
+
+def test_exact_predictive_samples_the_solution(tmp_path, monkeypatch):
+    """f = x^T theta + b, theta ~ q*: mean x~^T m and variance x~^T S x~ with x~ = [x, 1]."""
+    monkeypatch.setenv("BNNBENCH_CACHE", str(tmp_path))
+    method, problem, data, *_ = _exact_problem("exact_full")
+    state, _ = method.solve(problem, data, gtol=1e-8)
+    x = data.x_eval[data.data_index][:, :5]
+    f = method.predict(state, x, 200000, torch.Generator().manual_seed(0)).f[..., 0]      # [R, S, T]
+    phi = torch.cat([x, torch.ones_like(x[..., :1])], -1)
+    mean, cov = method.gaussian(state)
+    var = torch.einsum("rtp,rpq,rtq->rt", phi, cov, phi)
+    assert torch.allclose(f.mean(1), torch.einsum("rtp,rp->rt", phi, mean), atol=0.01 * var.sqrt().max())
+    assert torch.allclose(f.var(1), var, rtol=0.02)
+
+
+@pytest.mark.parametrize("sizes, likelihood", [([3, 1], "gaussian"), ([3, 1], "categorical"), ([3, 4, 1], "bernoulli")])
+def test_exact_vi_needs_logistic_regression(sizes, likelihood):
+    with pytest.raises(ConfigError, match="valid with a binary task .* and a linear model"):
+        METHODS["exact_full"](OmegaConf.create({"name": "exact_full"}), MLP(sizes), likelihood)
+
+
 def test_posterior_metrics_of_the_exact_solution():
     rng = np.random.default_rng(0)
     X = logreg.design(rng.normal(size=(60, 3)))
@@ -156,6 +223,20 @@ def test_exact_columns_end_to_end(tmp_path, env):
     assert full["exact"]["cached_solutions"] == 0 and full["exact"]["lbfgs_iterations"] > 0
     again, _ = _run(tmp_path, "exact_full", "skip_done=false")   # the solutions are cached now
     assert again["exact"]["cached_solutions"] == 2 and again["summary"] == full["summary"]
+    assert not (d_full / "history.json").exists()               # solved, not trained: no evaluations
+
+
+@needs_mirror
+@pytest.mark.parametrize("extra, message", [
+    (["experiment=slang_table1", "data=libsvm/breast_cancer", "hpo=grid"], "hpo=fixed"),
+    (["experiment=slang_table1", "data=libsvm/breast_cancer", "protocol.posterior_metrics=null"], "valid: logreg"),
+    (["data=uci/boston", "hpo=fixed"], "binary task"),
+])
+def test_exact_columns_name_what_is_valid(tmp_path, env, extra, message):
+    ov = ["method=exact_mf", f"runs_root={tmp_path}", *extra]
+    with pytest.raises(ConfigError, match=message):
+        execute(compose(ov), ov, tmp_path / "run", log=lambda m: None)
+    assert not (tmp_path / "run" / "failed.json").exists()
 
 
 @needs_mirror

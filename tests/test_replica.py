@@ -1,5 +1,8 @@
-"""The replica axis: a replica's update equals the same update computed alone (same minibatch,
-same noise); per-replica minibatching and standardisation."""
+"""The replica axis: for every registered method (with its ``configs/method`` settings), a replica's update equals
+the same update computed alone (same minibatch, same noise), a replica's solve its solve alone (solved methods);
+per-replica minibatching and standardisation."""
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -7,40 +10,38 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench import methods
+from bnnbench.config import config_dir
 from bnnbench.engine import ReplicaData, Standardiser, epoch_batches, evaluate, make_batch, train
 from bnnbench.methods import METHODS, MAP, Batch, Problem, slice_state
 from bnnbench.models import MLP
 from bnnbench.protocol import RunSpec
-from bnnbench.run import make_problem
+from bnnbench.fit import make_problem
 
 DT = torch.float64
 
-METHOD_CFGS = {
-    "map": dict(lr=0.01, betas=[0.9, 0.99], eps=1e-8, init_mean="uniform_fan_in"),
-    "bbb": dict(lr=0.01, betas=[0.9, 0.99], eps=1e-8, train_samples=3, local_reparam=False,
-                init_mean="uniform_fan_in", init_std=None, init_rho=-1.0, init_prec=10.0),
-    "bbb_lrt": dict(lr=0.01, betas=[0.9, 0.99], eps=1e-8, train_samples=3, local_reparam=True,
-                    init_mean="uniform_fan_in", init_std=None, init_rho=-1.0, init_prec=10.0),
-    "vogn": dict(lr=0.01, beta=0.9, train_samples=2, curvature="ef", prec_init=None, init_mean="uniform_fan_in"),
-    "vogn_ggn": dict(lr=0.01, beta=0.9, train_samples=2, curvature="ggn", prec_init=None, init_mean="uniform_fan_in"),
-    "vadam": dict(lr=0.01, betas=[0.9, 0.99], train_samples=2, prec_init=None, init_mean="uniform_fan_in"),
-    "vprop": dict(lr=0.01, beta=0.99, train_samples=2, prec_init=None, init_mean="uniform_fan_in"),
-    "slang": dict(rank=2, lr=0.05, beta=0.1, decay_lr=0.5, decay_beta=0.0, momentum=0.9, train_samples=2,
-                  s_init=1.0, init_mean="uniform_fan_in", eig="gram", per_example="fast"),
-    "slang_rnd": dict(rank=2, lr=0.05, beta=0.1, decay_lr=0.0, decay_beta=0.0, momentum=0.0, train_samples=2,
-                      s_init=1.0, init_mean="uniform_fan_in", eig="randomized", n_iter=4, oversample=2),
-    "noisy_adam": dict(lr=0.01, betas=[0.9, 0.999], kl_weight=1.0, damping_ex=0.0, f_init=0.0, train_samples=2,
-                       init_mean="uniform_fan_in", learn_noise=True, noise_prior_shape=6.0, noise_prior_rate=6.0,
-                       noise_lr=0.001),
-    "noisy_kfac": dict(lr=0.01, beta=0.1, kl_weight=1.0, damping_ex=0.0, T_stats=1, T_inv=1, factor_init=1.0,
-                       train_samples=2, init_mean="uniform_fan_in", learn_noise=True, noise_prior_shape=6.0,
-                       noise_prior_rate=6.0, noise_lr=0.001),
-    "full_gaussian": dict(curvature="ef", lr=0.1, beta=0.1, decay_lr=0.5, decay_beta=0.0, train_samples=2,
-                          prec_init=1.0, init_mean="uniform_fan_in"),
-    "full_gaussian_ggn": dict(curvature="ggn", lr=0.1, beta=0.1, decay_lr=0.0, decay_beta=0.0, train_samples=2,
-                              prec_init=1.0, init_mean="uniform_fan_in"),
-    "mc_dropout": dict(lr=0.01, betas=[0.9, 0.999], eps=1e-8, length_scale=0.01, init_mean="uniform_fan_in"),
+METHOD_CONFIGS = Path(config_dir()) / "method"
+STEPPED = sorted(n for n, cls in METHODS.items() if not cls.solved)
+SOLVED = sorted(n for n, cls in METHODS.items() if cls.solved)
+# other code paths of a method's update: (method, settings over its config)
+VARIANTS = {
+    "bbb_lrt": ("bbb", dict(local_reparam=True)),
+    "vogn_ggn": ("vogn", dict(curvature="ggn")),
+    "slang_rnd": ("slang", dict(rank=2, decay_lr=0.0, momentum=0.0, eig="randomized", n_iter=4, oversample=2)),
+    "full_gaussian_ggn": ("full_gaussian", dict(curvature="ggn")),
 }
+CASES = {**{name: (name, {}) for name in STEPPED}, **VARIANTS}
+
+
+def method_cfg(name: str, **settings):
+    """``configs/method/<name>.yaml`` with two samples per step (noise with a sample axis) and uniform initial means
+    (non-zero activations) where the method has them, then ``settings``."""
+    cfg = OmegaConf.load(METHOD_CONFIGS / f"{name}.yaml")
+    test = {k: v for k, v in dict(train_samples=2, init_mean="uniform_fan_in").items() if k in cfg}
+    return OmegaConf.merge(cfg, test, settings)
+
+
+def test_every_registered_method_has_its_config():
+    assert {p.stem: OmegaConf.load(p).name for p in METHOD_CONFIGS.glob("*.yaml")} == {n: n for n in METHODS}
 
 
 def _problem(R, model, g):
@@ -51,13 +52,12 @@ def _problem(R, model, g):
                    hparams={"dropout": torch.tensor([0.05, 0.1, 0.2][:R], dtype=DT)})
 
 
-@pytest.mark.parametrize("name", sorted(METHOD_CFGS))
-def test_replica_update_equals_update_alone(name):
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_replica_update_equals_update_alone(case):
     g = torch.Generator().manual_seed(0)
     model = MLP([4, 6, 1])
-    cfg = OmegaConf.create(METHOD_CFGS[name])
-    base = name.removesuffix("_ggn").removesuffix("_lrt").removesuffix("_rnd")
-    method = METHODS[base](cfg, model, "gaussian")
+    name, settings = CASES[case]
+    method = METHODS[name](method_cfg(name, **settings), model, "gaussian")
     R = 3
     state = method.init(_problem(R, model, g), g)
     batch = Batch(x=torch.randn(R, 5, 4, generator=g, dtype=DT), y=torch.randn(R, 5, generator=g, dtype=DT),
@@ -70,9 +70,34 @@ def test_replica_update_equals_update_alone(name):
             nz = _slice_noise(noise, r)
             alone, st = method.step(slice_state(state, r), alone_batch, nz)
             for k in new:
-                assert torch.allclose(new[k][r:r + 1], alone[k], rtol=1e-12, atol=1e-14), (name, k, r)
+                assert torch.allclose(new[k][r:r + 1], alone[k], rtol=1e-12, atol=1e-14), (case, k, r)
             assert torch.allclose(stats["objective"][r], st["objective"][0], rtol=1e-12)
         state = new
+
+
+@pytest.mark.parametrize("name", SOLVED)
+def test_replica_solve_equals_solve_alone(name, tmp_path, monkeypatch):
+    """Replicas with their own rows (two share a training set) and prior precisions, solved at once and one by one,
+    each with a fresh solution cache: the same states."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 3))
+    y = (rng.random(50) < 1 / (1 + np.exp(-X @ [1.0, -2.0, 0.5]))).astype(float)
+    pairs = [(np.arange(0, 30), np.arange(30, 50)), (np.arange(15, 50), np.arange(0, 15))]
+    model = MLP([3, 1])
+    method = METHODS[name](method_cfg(name), model, "bernoulli")
+    data = ReplicaData.build(X, y, pairs, data_index=[0, 1, 1], normalize_x=False, normalize_y=False, dtype=DT)
+    prior = torch.tensor([[0.5], [1.0], [3.0]], dtype=DT).expand(3, model.n_params).clone()
+    n_data = data.n_train[data.data_index]
+    monkeypatch.setenv("BNNBENCH_CACHE", str(tmp_path / "all"))
+    state, info = method.solve(Problem("bernoulli", n_data, prior), data, gtol=1e-8)
+    assert info["cached_solutions"] == 0
+    for r, u in enumerate(data.data_index.tolist()):
+        monkeypatch.setenv("BNNBENCH_CACHE", str(tmp_path / f"alone{r}"))
+        alone_data = ReplicaData.build(X, y, pairs[u:u + 1], normalize_x=False, normalize_y=False, dtype=DT)
+        alone, _ = method.solve(Problem("bernoulli", n_data[r:r + 1], prior[r:r + 1]), alone_data, gtol=1e-8)
+        assert alone.keys() == state.keys()
+        for k in state:
+            assert torch.equal(state[k][r:r + 1], alone[k]), (name, k, r)
 
 
 def _slice_noise(noise, r):
@@ -111,7 +136,7 @@ def test_declared_replica_hparams_reach_the_state_per_replica(monkeypatch, name,
     X, y = _toy(n=30)
     data = ReplicaData.build(X, y, [(np.arange(0, 20), np.arange(20, 30))], data_index=[0, 0, 0], dtype=DT)
     hparams = [{"prior_prec": 1.0, "noise_prec": 2.0, "dropout": p, "temperature": 1 / p} for p in (0.05, 0.1, 0.2)]
-    cfg = {"name": name, **METHOD_CFGS["mc_dropout" if name == "mc_dropout" else "map"]}
+    cfg = {**OmegaConf.to_container(method_cfg("mc_dropout" if name == "mc_dropout" else "map")), "name": name}
     spec = _spec(cfg)
     model = MLP([3, 5, 1])
     problem = make_problem(spec, model, data, hparams)
@@ -130,7 +155,7 @@ def test_lr_drop_is_the_lr_scale_passed_to_update():
     X, y = _toy(n=30)
     data = ReplicaData.build(X, y, [(np.arange(0, 20), np.arange(20, 30))], data_index=[0, 0], dtype=DT)
     model = MLP([3, 5, 1])
-    method = METHODS["vadam"](OmegaConf.create(METHOD_CFGS["vadam"]), model, "gaussian")
+    method = METHODS["vadam"](method_cfg("vadam"), model, "gaussian")
     prob = Problem("gaussian", data.n_train[data.data_index], torch.ones(2, model.n_params, dtype=DT),
                    noise_prec=torch.tensor([1.0, 2.0], dtype=DT), y_scale=data.replica("y_std"))
     state0 = method.init(prob, torch.Generator().manual_seed(1))
@@ -184,8 +209,7 @@ def test_evaluate_padded_equals_alone():
     X, y = _toy(n=40)
     pairs = [(np.arange(0, 20), np.arange(20, 30)), (np.arange(10, 35), np.arange(35, 38))]
     model = MLP([3, 5, 1])
-    cfg = OmegaConf.create(METHOD_CFGS["map"])
-    method = METHODS["map"](cfg, model, "gaussian")
+    method = METHODS["map"](method_cfg("map"), model, "gaussian")
     g = torch.Generator().manual_seed(0)
     both = ReplicaData.build(X, y, pairs, dtype=DT)
     prob = Problem("gaussian", both.n_train, torch.ones(2, model.n_params, dtype=DT),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bnnbench.methods.base import Batch, Method, Predictive, Problem, slice_state
 from bnnbench.methods.bbb import BBB
+from bnnbench.methods.exact_gaussian import ExactFullGaussian, ExactMeanField
 from bnnbench.methods.full_gaussian import FullGaussian
 from bnnbench.methods.map import MAP
 from bnnbench.methods.mc_dropout import MCDropout
@@ -19,7 +20,7 @@ from bnnbench.methods.slang import SLANG
 from bnnbench.methods.vogn import VOGN
 
 METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout, VOGN, Vadam, Vprop, SLANG, NoisyAdam, NoisyKFAC, FullGaussian,
-                                                VadamMatlab)}
+                                                VadamMatlab, ExactFullGaussian, ExactMeanField)}
 
 
 class UnknownMethodError(KeyError):

@@ -1,4 +1,5 @@
-"""The one method interface (DESIGN.md): ``init``, ``update`` (= ``noise`` then ``step``), ``predict``.
+"""The one method interface (DESIGN.md): ``init``, ``update`` (= ``noise`` then ``step``), ``predict``; or, for a
+method that is solved rather than stepped (``solved = True``), ``solve`` in place of ``init`` and ``update``.
 
 A method is bound to a model and a likelihood, like an optimiser is bound to parameters. Its state is
 a plain ``dict`` of tensors that all carry the replica axis first, so any replica (split, seed, fold,
@@ -8,7 +9,8 @@ rates) live in the state too.
 
 ``step`` is a pure function of (state, batch, noise, lr_scale): the random draws of an update are made by
 ``noise`` from a generator, so tests can replay exactly the same update on one replica alone; ``lr_scale``
-multiplies the step sizes (the engine's learning-rate schedule).
+multiplies the step sizes (the engine's learning-rate schedule). ``solve`` fits every replica on its own training
+rows at once (exact VI: L-BFGS on the exact ELBO), so a replica's solution is its solve alone.
 """
 
 from __future__ import annotations
@@ -85,12 +87,14 @@ class Settings(dict):
 
 
 class Method:
-    """Base class: subclasses define ``init``, ``noise``, ``step`` and ``predict``."""
+    """Base class: subclasses define ``init``, ``noise``, ``step`` and ``predict`` (solved methods: ``solve``
+    and ``predict``)."""
 
     name = "method"
     # per-replica hyper-parameters the method reads from its state besides the prior and noise precisions: each a
-    # ``Problem.hparams`` entry ``[R]`` (``run.make_problem`` builds them from the replicas' hyper-parameters)
+    # ``Problem.hparams`` entry ``[R]`` (``fit.make_problem`` builds them from the replicas' hyper-parameters)
     replica_hparams: tuple[str, ...] = ()
+    solved = False  # True: the harness calls ``solve`` once instead of ``update`` in a training loop
     # False where ``step`` builds no autograd graph: ``update`` then runs in inference mode (~10% less per-op
     # overhead at UCI scale), and the state it returns holds inference tensors
     needs_autograd = True
@@ -118,6 +122,12 @@ class Method:
             return self.step(state, batch, self.noise(state, batch, generator), lr_scale)
         with torch.inference_mode():
             return self.step(state, batch, self.noise(state, batch, generator), lr_scale)
+
+    def solve(self, problem: Problem, data, *, gtol: float) -> tuple[State, dict]:
+        """The fitted state of every replica, replica r on the training rows ``data.x_train[data.data_index[r]]``
+        of ``data`` (``engine.ReplicaData``), to the solver's gradient tolerance ``gtol``; and the solver's report
+        (kept in the run's record)."""
+        raise NotImplementedError(f"{self.name} is stepped (update), not solved")
 
     def predict(self, state: State, x: torch.Tensor, n_samples: int,
                 generator: torch.Generator) -> Predictive:
