@@ -12,6 +12,9 @@ from pathlib import Path
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
 GROUPS = ("data", "method", "protocol", "hpo", "experiment", "model")
+# Version of the resolved configuration a record stores and hashes: 2 = typed method configs (every setting with its
+# default in the method's Config). Records of an older version are re-keyed by ``python -m bnnbench.migrate``.
+CONFIG_SCHEMA = 2
 
 
 class ConfigError(ValueError):
@@ -31,9 +34,17 @@ def config_dir() -> str:
 
 
 def register_resolvers() -> None:
+    """The ``slug`` resolver of ``config.yaml``, and each registered method's typed ``Config`` as the option
+    ``method=<name>`` (the methods' settings and defaults live in their modules, nowhere else)."""
+    from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
+
+    from bnnbench.methods import METHODS
     if not OmegaConf.has_resolver("slug"):
         OmegaConf.register_new_resolver("slug", slug)
+    store = ConfigStore.instance()
+    for name, cls in METHODS.items():
+        store.store(group="method", name=name, node=cls.Config)
 
 
 def slug(name) -> str:
@@ -59,6 +70,9 @@ def experiment_spec(name: str) -> dict:
 
 def list_names(group: str) -> list[str]:
     """The options of a config group (``method`` -> ``bbb``, ``map``, ...; ``data`` -> ``uci/boston``, ...)."""
+    if group == "method":
+        from bnnbench.methods import METHODS
+        return sorted(METHODS)
     root = Path(config_dir()) / group
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
 
@@ -94,7 +108,8 @@ def compose_checked(overrides: list[str]):
     try:
         return compose(overrides)
     except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+        said = [str(x).splitlines()[0] for x in (e, e.__cause__) if x is not None and str(x)]
+        raise ConfigError(": ".join(said) or type(e).__name__) from None
 
 
 def check_overrides(overrides: list[str]) -> list[str]:

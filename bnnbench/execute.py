@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig
 
 from bnnbench import logreg, results
-from bnnbench.config import ConfigError
+from bnnbench.config import CONFIG_SCHEMA, ConfigError
 from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError
 from bnnbench.exact_vi import NotConvergedError
@@ -75,7 +75,7 @@ def resolve_run(cfg: DictConfig, overrides: list[str]):
     if ds.task != spec.task and not (spec.task == "binary" and ds.task == "binary"):
         raise ConfigError(f"protocol {cfg.protocol.name!r} is for {spec.task} but {ds.name} is a {ds.task} data set")
     splits = run_splits(ds, spec)
-    resolved = {"method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
+    resolved = {"config_schema": CONFIG_SCHEMA, "method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
                 "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
                 "dtype": cfg.get("dtype", "float32"), "workers": cfg.get("workers")}
     return ds, spec, splits, resolved

@@ -78,6 +78,16 @@ def _get(node, *path, default=None):
     return node
 
 
+def _typed_method(node, method: dict, protocol: str) -> dict:
+    """``method`` checked against the method's typed config (``node``'s schema): a protocol's value of the wrong
+    type is an error naming the protocol."""
+    from omegaconf.errors import OmegaConfBaseException
+    try:
+        return OmegaConf.to_container(OmegaConf.merge(node, method), resolve=True)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"protocol {protocol!r}: {str(e).splitlines()[0]}") from None
+
+
 def _stages(stages) -> list | None:
     if not stages:
         return None
@@ -101,14 +111,16 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
 
     explicit_m = explicit_keys(overrides, "method")
     method = OmegaConf.to_container(cfg.method, resolve=True)
-    layers = []
     for node in (proto, size, ds):
-        layers += [_get(node, "method"), _get(node, "methods", mname)]
-    for layer in layers:
-        if layer:
-            for k, v in OmegaConf.to_container(layer, resolve=True).items():
-                if k not in explicit_m and v is not None:
+        for layer, own in ((_get(node, "method"), False), (_get(node, "methods", mname), True)):
+            for k, v in (OmegaConf.to_container(layer, resolve=True) if layer else {}).items():
+                if k not in method:   # ``method:`` applies to the methods that have the setting; ``methods.m`` must fit m
+                    if own:
+                        raise ConfigError(f"protocol {proto.name!r} sets {k!r} for method {mname}, which has no such "
+                                          f"setting; valid: {', '.join(method)}")
+                elif k not in explicit_m and v is not None:
                     method[k] = v
+    method = _typed_method(cfg.method, method, proto.name)
 
     explicit_p = explicit_keys(overrides, "protocol")
     vals = {}

@@ -94,6 +94,11 @@ class ResumeFiles:
         return sorted(p for pat in (".hpo-*.pt", ".checkpoint-*.pt", ".stage*-*.pt") for p in d.glob(pat)) \
             if d.is_dir() else []
 
+    @staticmethod
+    def in_dir_tree(runs_root: Path) -> list[Path]:
+        """Every resume file in the run directories under ``runs_root``."""
+        return [p for d in sorted(Path(runs_root).glob("*/*/*")) for p in ResumeFiles.in_dir(d)]
+
     def describe(self) -> str | None:
         """What a run of this configuration resumes from (``None``: nothing saved); reads the saved epoch and rounds."""
         import torch

@@ -49,3 +49,22 @@ def test_committed_resume_state_belongs_to_an_unfinished_cell(path, env):
                  *cell_own_overrides(cell, REPO / "results" / "runs")]
     _, _, _, resolved = resolve_run(compose(overrides), overrides)
     assert results.config_hash(resolved) in path.name, f"{path}: stale (today's cell resolves to another configuration)"
+
+
+def test_migration_explains_only_changes_that_cannot_move_numbers():
+    """``bnnbench.migrate`` re-keys a schema-1 record whose settings only became explicit defaults (or were dropped
+    from a method that never read them), and refuses one whose configuration really changed."""
+    from bnnbench.migrate import schema1, unexplained
+    new = {"config_schema": 2, "method": "bbb", "seed": 0,
+           "spec": {"epochs": 40, "method": {"name": "bbb", "lr": 0.01, "learn_noise": False, "noise_lr_drop": True}}}
+    old = schema1(new)
+    assert "config_schema" not in old and old["spec"]["method"]["learn_noise"] is None
+    assert unexplained(old, new, "bbb") == []
+    generic = {**old, "spec": {**old["spec"], "method": {**old["spec"]["method"], "s_init": 1.0}}}  # BBB has no s_init
+    assert unexplained(generic, new, "bbb") == []
+    moved = {**old, "spec": {**old["spec"], "epochs": 41}}
+    assert unexplained(moved, new, "bbb") == ["spec.epochs: 41 -> 40"]
+    own = {**old, "spec": {**old["spec"], "method": {**old["spec"]["method"], "lr": 0.02}}}
+    assert unexplained(own, new, "bbb") == ["spec.method.lr: 0.02 -> 0.01"]
+    other_default = {**new, "spec": {**new["spec"], "method": {**new["spec"]["method"], "noise_lr_drop": False}}}
+    assert unexplained(old, other_default, "bbb") == ["spec.method.noise_lr_drop: null -> false"]

@@ -16,7 +16,7 @@ from bnnbench.config import ConfigError
 DT = torch.float64
 BASE = dict(lr=0.01, kl_weight=1.0, damping_ex=0.0, train_samples=2, init_mean="uniform_fan_in", learn_noise=True,
             noise_prior_shape=6.0, noise_prior_rate=6.0, noise_lr=0.001)
-KFAC = dict(BASE, beta=0.1, T_stats=1, T_inv=1, factor_init=1.0)
+KFAC = dict(BASE, beta=0.1, T_stats=1, T_inv=1, factor_init=1.0, momentum=0.0)
 ADAM = dict(BASE, betas=[0.9, 0.999], f_init=0.0)
 
 
@@ -320,11 +320,12 @@ def test_bbb_learns_the_noise_and_predicts_with_sampled_precisions():
 
 
 def test_learn_noise_without_its_prior_is_a_clear_error():
-    """bbb.yaml leaves the Gamma prior unset (protocol=nng_uci sets it): turning learn_noise on alone says what is missing."""
-    cfg = OmegaConf.create(dict(learn_noise=True, noise_prior_shape=6.0, noise_prior_rate=None))
+    """BBB's config leaves the Gamma prior unset (protocol=nng_uci sets it): turning learn_noise on alone says what is
+    missing."""
+    cfg = OmegaConf.structured(gamma_noise.NoiseConfig(learn_noise=True, noise_prior_shape=6.0))
     with pytest.raises(ConfigError, match="method.noise_prior_rate, method.noise_lr"):
         gamma_noise.learns_noise(cfg, "gaussian")
-    assert not gamma_noise.learns_noise(OmegaConf.create(dict(learn_noise=None)), "gaussian")
+    assert not gamma_noise.learns_noise(OmegaConf.structured(gamma_noise.NoiseConfig()), "gaussian")
 
 
 @pytest.mark.parametrize("name", ["noisy_adam", "noisy_kfac"])

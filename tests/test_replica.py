@@ -10,7 +10,6 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench import methods
-from bnnbench.config import config_dir
 from bnnbench.engine import ReplicaData, Standardiser, epoch_batches, evaluate, make_batch, train
 from bnnbench.methods import METHODS, MAP, Batch, Problem, slice_state
 from bnnbench.models import MLP
@@ -19,7 +18,6 @@ from bnnbench.fit import make_problem
 
 DT = torch.float64
 
-METHOD_CONFIGS = Path(config_dir()) / "method"
 STEPPED = sorted(n for n, cls in METHODS.items() if not cls.solved)
 SOLVED = sorted(n for n, cls in METHODS.items() if cls.solved)
 # other code paths of a method's update: (method, settings over its config)
@@ -33,15 +31,19 @@ CASES = {**{name: (name, {}) for name in STEPPED}, **VARIANTS}
 
 
 def method_cfg(name: str, **settings):
-    """``configs/method/<name>.yaml`` with two samples per step (noise with a sample axis) and uniform initial means
+    """The method's typed config with two samples per step (noise with a sample axis) and uniform initial means
     (non-zero activations) where the method has them, then ``settings``."""
-    cfg = OmegaConf.load(METHOD_CONFIGS / f"{name}.yaml")
+    cfg = OmegaConf.structured(METHODS[name].Config)
     test = {k: v for k, v in dict(train_samples=2, init_mean="uniform_fan_in").items() if k in cfg}
     return OmegaConf.merge(cfg, test, settings)
 
 
-def test_every_registered_method_has_its_config():
-    assert {p.stem: OmegaConf.load(p).name for p in METHOD_CONFIGS.glob("*.yaml")} == {n: n for n in METHODS}
+def test_every_registered_method_is_a_config_option_with_its_defaults():
+    from bnnbench.config import compose, list_names
+    assert list_names("method") == sorted(METHODS)
+    for name, cls in METHODS.items():
+        assert OmegaConf.to_container(compose([f"method={name}"]).method) == OmegaConf.to_container(
+            OmegaConf.structured(cls.Config)), name
 
 
 def _problem(R, model, g):

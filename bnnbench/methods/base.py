@@ -15,14 +15,14 @@ rows at once (exact VI: L-BFGS on the exact ELBO), so a replica's solution is it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from bnnbench.likelihoods import Bernoulli, Categorical, Gaussian
 from bnnbench.methods import gamma_noise
+from bnnbench.methods.settings import MethodConfig, Settings
 
 State = dict  # str -> Tensor with leading replica axis
 
@@ -75,22 +75,12 @@ def hyper_state(problem: Problem) -> State:
     return state
 
 
-class Settings(dict):
-    """A method's hyper-parameters as a plain mapping read by attribute (``cfg.lr``, ``cfg.get("momentum", 0)``). Reading
-    an OmegaConf node costs several microseconds, and a step at UCI scale reads dozens of settings in about 2 ms."""
-
-    def __getattr__(self, key):
-        try:
-            return self[key]
-        except KeyError:
-            raise AttributeError(f"method setting {key!r} is not configured") from None
-
-
 class Method:
     """Base class: subclasses define ``init``, ``noise``, ``step`` and ``predict`` (solved methods: ``solve``
     and ``predict``)."""
 
     name = "method"
+    Config = MethodConfig
     # per-replica hyper-parameters the method reads from its state besides the prior and noise precisions: each a
     # ``Problem.hparams`` entry ``[R]`` (``fit.make_problem`` builds them from the replicas' hyper-parameters)
     replica_hparams: tuple[str, ...] = ()
@@ -102,7 +92,7 @@ class Method:
     def __init__(self, cfg, model, likelihood: str):
         if isinstance(cfg, DictConfig):
             cfg = OmegaConf.to_container(cfg, resolve=True)
-        self.cfg = Settings(cfg) if isinstance(cfg, Mapping) else cfg
+        self.cfg = Settings({**asdict(self.Config()), **cfg})
         self.model = model
         self.likelihood = likelihood
 

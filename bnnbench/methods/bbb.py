@@ -13,6 +13,9 @@ gradient methods' UCI protocol (``gamma_noise``), so that BBB runs beside them u
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import List, Optional
+
 import torch
 import torch.nn.functional as F
 
@@ -24,17 +27,31 @@ from bnnbench.methods.mean_field import MeanField
 from bnnbench.models.mlp import softplus_inv
 
 
+@dataclass
+class BBBConfig(gamma_noise.NoiseConfig):
+    name: str = "bbb"
+    lr: float = 1e-3
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    train_samples: int = 1              # MC samples per step
+    local_reparam: bool = False         # local reparameterisation trick (Kingma et al., 2015)
+    init_mean: str = "uniform_fan_in"   # uniform_fan_in (nn.Linear's default) | zero
+    init_std: Optional[float] = None    # initial sigma; else init_rho (sigma = softplus(rho)); else 1/sqrt(init_prec)
+    init_rho: Optional[float] = None
+    init_prec: Optional[float] = 10.0
+
 class BBB(MeanField):
     name = "bbb"
+    Config = BBBConfig
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         cfg = self.cfg
         R = problem.n_replicas
         mean = self.init_params(problem, generator)
-        if cfg.get("init_std") is not None:
+        if cfg.init_std is not None:
             std = float(cfg.init_std)
             rho = torch.full_like(mean, softplus_inv(std))
-        elif cfg.get("init_rho") is not None:
+        elif cfg.init_rho is not None:
             rho = torch.full_like(mean, float(cfg.init_rho))
         else:  # sigma = 1/sqrt(prec_init), as the Vadam code's BBVI
             rho = torch.full_like(mean, softplus_inv(float(cfg.init_prec) ** -0.5))
@@ -50,7 +67,7 @@ class BBB(MeanField):
 
     def noise(self, state, batch, generator):
         """The weights' eps, or with the local reparameterisation trick each layer's pre-activation draws."""
-        if not self.cfg.get("local_reparam", False):
+        if not self.cfg.local_reparam:
             return super().noise(state, batch, generator)
         R, S, B = state["mean"].shape[0], int(self.cfg.train_samples), batch.x.shape[1]
         return [torch.randn(R, S, B, d_out, generator=generator, device=batch.x.device,
@@ -59,7 +76,7 @@ class BBB(MeanField):
     def objective(self, state, mean, rho, batch, noise):
         """(negative ELBO / N, NLL, KL) per replica and the outputs ``f`` of the samples."""
         sigma = F.softplus(rho)
-        if self.cfg.get("local_reparam", False):
+        if self.cfg.local_reparam:
             f = self.model.forward_local_reparam(mean, sigma * sigma, batch.x, noise)
         else:
             f = self.model.forward_layers(self.model.sampled_layers(mean, sigma, noise), batch.x)

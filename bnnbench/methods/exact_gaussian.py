@@ -14,12 +14,15 @@ to them. The state holds q* in the MLP's parameter order [w, b]: ``mean [R, P]``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from bnnbench import logreg
 from bnnbench.config import ConfigError
 from bnnbench.methods.base import Method, Problem, State, hyper_state
+from bnnbench.methods.settings import MethodConfig
 
 
 class ExactGaussian(Method):
@@ -66,11 +69,23 @@ class ExactGaussian(Method):
         return self._predictive(state, self.model.forward(theta, x))
 
 
+@dataclass
+class ExactFullConfig(MethodConfig):
+    name: str = "exact_full"
+
+
+@dataclass
+class ExactMFConfig(MethodConfig):
+    name: str = "exact_mf"
+
+
 class ExactFullGaussian(ExactGaussian):
     name = "exact_full"
+    Config = ExactFullConfig
     family = "full"
 
 
 class ExactMeanField(ExactGaussian):
     name = "exact_mf"
+    Config = ExactMFConfig
     family = "mf"

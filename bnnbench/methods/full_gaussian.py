@@ -25,20 +25,38 @@ prec is a vector and C is replaced by its diagonal, so the mean step divides by 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from bnnbench.linalg.per_example import collapse_samples, forward_cache, materialise, sum_grads, sum_sq_grads
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of, standard_normal
+from bnnbench.methods.settings import MethodConfig
 from bnnbench.methods.natural import as_leaves, per_example_stats
 from bnnbench.methods.slang import decayed
 
 
+@dataclass
+class FullGaussianConfig(MethodConfig):
+    name: str = "full_gaussian"
+    curvature: str = "ef"               # ef (empirical Fisher) | ggn (Gauss-Newton) | hessian (exact, torch.func)
+    covariance: str = "full"            # full | diag (mean-field natural gradient with the curvature's diagonal)
+    lr: float = 0.05                    # alpha_0
+    beta: float = 0.05                  # beta_0
+    decay_lr: float = 0.0               # kappa: alpha_t = alpha_0 / (1 + t^kappa)
+    decay_beta: float = 0.0
+    momentum: float = 0.0               # rho of a gradient momentum as SLANG's code (0: none)
+    train_samples: int = 1
+    prec_init: float = 1.0              # initial precision prec_init * I
+    init_mean: str = "zero"
+
 class FullGaussian(Method):
     name = "full_gaussian"
+    Config = FullGaussianConfig
 
     @property
     def diagonal(self) -> bool:
-        cov = self.cfg.get("covariance", "full")
+        cov = self.cfg.covariance
         if cov not in ("full", "diag"):
             raise ValueError(f"unknown covariance {cov!r}; valid: full, diag")
         return cov == "diag"
@@ -113,8 +131,8 @@ class FullGaussian(Method):
     def step(self, state, batch, noise, lr_scale=1.0):
         mean, prec, lam = state["mean"], state["prec"], state["prior_prec"]
         t = state["t"] + 1
-        alpha = lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)
-        beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)
+        alpha = lr_scale * decayed(float(self.cfg.lr), float(self.cfg.decay_lr), t).to(mean.dtype)
+        beta = decayed(float(self.cfg.beta), float(self.cfg.decay_beta), t).to(mean.dtype)
         theta = self.sample(state, noise)
         if self.diagonal and not self.model.is_linear and self.cfg.curvature in ("ef", "ggn"):
             g_s, c_s, nll = per_example_stats(self, state, as_leaves(self.model.layers(theta)), batch,
@@ -125,7 +143,7 @@ class FullGaussian(Method):
         scale = state["n_data"].to(mean.dtype) / noise.shape[1] / batch.x.shape[1]          # N / (MS)
         rhs = scale[:, None] * g_sum + lam * mean
         new = {**state, "t": t}
-        rho = float(self.cfg.get("momentum", 0.0))
+        rho = float(self.cfg.momentum)
         if rho > 0:
             m = rho * state["m"] + (1 - rho) * rhs
             rhs = m / (1 - rho ** t.to(mean.dtype))[:, None]

@@ -13,11 +13,14 @@ Predictions draw tau_s ~ q(tau) per posterior sample, as the authors' evaluation
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
 from bnnbench.config import ConfigError
 from bnnbench.methods.adam import adam
+from bnnbench.methods.settings import MethodConfig
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -28,12 +31,22 @@ def kl_gamma(a, b, a0, b0):
             + a * (b0 - b) / b)
 
 
-NOISE_KEYS = ("noise_prior_shape", "noise_prior_rate", "noise_lr")   # noise_lr_drop defaults to true
+NOISE_KEYS = ("noise_prior_shape", "noise_prior_rate", "noise_lr")
 
 
-def learns_noise(cfg, likelihood: str, default: bool = False) -> bool:
-    on = likelihood == "gaussian" and bool(cfg.get("learn_noise", default))
-    if on and (missing := [k for k in NOISE_KEYS if cfg.get(k) is None]):
+@dataclass
+class NoiseConfig(MethodConfig):
+    """The settings of a learned noise precision, shared by the methods that offer one."""
+    learn_noise: bool = False           # a Gaussian likelihood's q(tau) = Gamma(a, b) learned with the weights
+    noise_prior_shape: Optional[float] = None  # Gamma(a0, b0) prior on tau (normalised units)
+    noise_prior_rate: Optional[float] = None
+    noise_lr: Optional[float] = None    # Adam's step size on (log a, log b)
+    noise_lr_drop: bool = True          # the protocol's lr_drop scales the noise's step size too
+
+
+def learns_noise(cfg, likelihood: str) -> bool:
+    on = likelihood == "gaussian" and bool(cfg.learn_noise)
+    if on and (missing := [k for k in NOISE_KEYS if cfg[k] is None]):
         keys = ", ".join("method." + k for k in missing)
         raise ConfigError(f"learn_noise needs the Gamma prior and its step size: set {keys} (protocol=nng_uci sets them)")
     return on
@@ -70,7 +83,7 @@ def step(cfg, state, f, y, lr_scale: float) -> dict:
     gz = objective_grad(a, b, r2, float(cfg.noise_prior_shape), float(cfg.noise_prior_rate),
                         state["n_data"].to(a.dtype))
     t = state["t"] + 1
-    scale = lr_scale if cfg.get("noise_lr_drop", True) else 1.0
+    scale = lr_scale if cfg.noise_lr_drop else 1.0
     z_new, m, v = adam(state["log_ab"], gz, state["m_ab"], state["v_ab"], t, float(cfg.noise_lr) * scale)
     return {"log_ab": z_new, "m_ab": m, "v_ab": v, "noise_prec": torch.exp(z_new[:, 0] - z_new[:, 1])}
 

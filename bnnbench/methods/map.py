@@ -5,14 +5,27 @@ Objective per data point: ``-(1/M) sum_i log p(y_i | theta) + (1/(2N)) sum_p lam
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import List, Optional
+
 import torch
 
 from bnnbench.methods.adam import adam
 from bnnbench.methods.base import Method, Problem, State, hyper_state
+from bnnbench.methods.settings import MethodConfig
 
+
+@dataclass
+class MAPConfig(MethodConfig):
+    name: str = "map"
+    lr: float = 1e-3
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    init_mean: str = "uniform_fan_in"   # uniform_fan_in (nn.Linear's default) | zero
 
 class MAP(Method):
     name = "map"
+    Config = MAPConfig
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         theta = self.init_params(problem, generator)

@@ -12,15 +12,23 @@ decayed). Prediction keeps dropout on: T stochastic passes, Gaussian noise preci
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from bnnbench.methods.base import Problem, State
-from bnnbench.methods.map import MAP
+from bnnbench.methods.map import MAP, MAPConfig
 
+
+@dataclass
+class MCDropoutConfig(MAPConfig):
+    name: str = "mc_dropout"
+    length_scale: float = 0.01          # l of the weight decay l^2 (1 - p) / (2 N tau) (Gal & Ghahramani, 2016)
 
 class MCDropout(MAP):
     """MAP's Adam on theta with dropout masks as the noise of a step and Gal's objective."""
     name = "mc_dropout"
+    Config = MCDropoutConfig
     replica_hparams = ("dropout",)
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:

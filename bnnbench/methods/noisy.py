@@ -24,6 +24,9 @@ q(tau), ``gamma_noise``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import List, Optional
+
 import torch
 
 from bnnbench.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads
@@ -71,6 +74,43 @@ def _kron_times(cA: torch.Tensor, E: torch.Tensor, cS: torch.Tensor) -> torch.Te
     return X.reshape(R, a, S, b).transpose(1, 2)
 
 
+@dataclass
+class NoisyAdamConfig(gamma_noise.NoiseConfig):
+    name: str = "noisy_adam"
+    lr: float = 0.01                    # alpha (the paper's alpha~ for UCI)
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])  # beta_1 (momentum), beta_2 = 1 - beta~
+    kl_weight: float = 1.0              # lambda
+    damping_ex: float = 0.0             # extrinsic damping gamma_ex
+    f_init: float = 1.0                 # initial Fisher estimate f (used when init_std is None)
+    init_std: Optional[float] = None    # initial posterior std: sets f so that lambda / (N (f + gamma_in)) = init_std^2
+    train_samples: int = 10
+    init_mean: str = "uniform_fan_in"
+    learn_noise: bool = True            # a Gaussian likelihood's q(tau) = Gamma(a, b) learned (the UCI protocol)
+    noise_prior_shape: Optional[float] = 6.0   # Gamma(a0, b0) prior on tau (normalised units)
+    noise_prior_rate: Optional[float] = 6.0
+    noise_lr: Optional[float] = 0.001   # Adam on (log a, log b): the authors' regression/model.py
+    noise_lr_drop: bool = False         # regression/train.py: the x0.1 drop scales alpha, beta, omega, not the noise lr
+
+
+@dataclass
+class NoisyKFACConfig(gamma_noise.NoiseConfig):
+    name: str = "noisy_kfac"
+    lr: float = 0.01                    # alpha
+    beta: float = 0.001                 # beta~: EMA rate of the Kronecker factors
+    kl_weight: float = 1.0              # lambda
+    damping_ex: float = 0.0             # gamma_ex
+    T_stats: int = 1                    # factor updates every T_stats steps
+    T_inv: int = 1                      # inverses of the damped factors every T_inv steps
+    factor_init: float = 1.0            # A, S start at factor_init * I (the code's I + T T^T is random, not reproduced)
+    momentum: float = 0.9               # on V, bias-corrected (regression/ops/mvg_optimizer.py); 0 = Alg. 2
+    train_samples: int = 10
+    init_mean: str = "uniform_fan_in"
+    learn_noise: bool = True
+    noise_prior_shape: Optional[float] = 6.0
+    noise_prior_rate: Optional[float] = 6.0
+    noise_lr: Optional[float] = 0.001
+    noise_lr_drop: bool = False
+
 class _NoisyBase(Method):
     """Shared: intrinsic damping, the learned Gamma noise posterior, sampled-target gradients."""
 
@@ -80,7 +120,7 @@ class _NoisyBase(Method):
         R = problem.n_replicas
         mean = self.init_params(problem, generator)
         state = {**hyper_state(problem), "mean": mean, "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
-        if gamma_noise.learns_noise(self.cfg, self.likelihood, default=True):
+        if gamma_noise.learns_noise(self.cfg, self.likelihood):
             state.update(gamma_noise.init_state(self.cfg, R, mean.device, mean.dtype))
         return state
 
@@ -112,11 +152,12 @@ class _NoisyBase(Method):
 
 class NoisyAdam(_NoisyBase, MeanField):
     name = "noisy_adam"
+    Config = NoisyAdamConfig
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         state = self._common_init(problem, generator)
         mean = state["mean"]
-        if self.cfg.get("init_std") is not None:  # f + gamma_in = lambda / (N sigma_0^2): the code's sigma_0 = 1e-5
+        if self.cfg.init_std is not None:  # f + gamma_in = lambda / (N sigma_0^2): the code's sigma_0 = 1e-5
             N = problem.n_data.to(mean.dtype)[:, None]
             f0 = float(self.cfg.kl_weight) / (N * float(self.cfg.init_std) ** 2) - self.gamma_in(state)
             f0 = f0.clamp_min(0).expand_as(mean).clone()
@@ -168,6 +209,7 @@ class NoisyKFAC(_NoisyBase):
     the square-root factors of the posterior and the damped inverses of the mean update."""
 
     name = "noisy_kfac"
+    Config = NoisyKFACConfig
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         state = self._common_init(problem, generator)
@@ -177,7 +219,7 @@ class NoisyKFAC(_NoisyBase):
             eye_s = torch.eye(d_out, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
             state[f"A{l}"] = eye_a * float(self.cfg.factor_init)
             state[f"S{l}"] = eye_s * float(self.cfg.factor_init)
-            if float(self.cfg.get("momentum", 0.0)) > 0:
+            if float(self.cfg.momentum) > 0:
                 state[f"mom{l}"] = torch.zeros(R, d_in + 1, d_out, dtype=mean.dtype, device=mean.device)
         return self._refresh(state, covariance=True, inverses=True)
 
@@ -273,7 +315,7 @@ class NoisyKFAC(_NoisyBase):
         # Momentum on V with Adam-style bias correction, as the authors' regression code
         # (pomonam/NoisyNaturalGradient regression/ops/mvg_optimizer.py: ratio = 0.1, bias_corr); Alg. 2
         # omits it "for simplicity". momentum = 0 gives Alg. 2 exactly.
-        b1 = float(self.cfg.get("momentum", 0.0))
+        b1 = float(self.cfg.momentum)
         bias_corr = (1 - b1 ** t.to(state["mean"].dtype))[:, None, None] if b1 > 0 else None
         g_in = g_in[:, None, None]
         beta = float(self.cfg.beta) * lr_scale

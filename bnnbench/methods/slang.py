@@ -23,6 +23,8 @@ B B^T is the smaller one and is decomposed directly. ``eig: randomized`` uses th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from bnnbench.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag, nystrom_eig,
@@ -30,6 +32,7 @@ from bnnbench.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_lo
 from bnnbench.linalg.per_example import (collapse_samples, forward_cache, gradient_gram, gradient_t_times,
                                          gradient_times, layer_factors, materialise, sum_grads, sum_sq_grads)
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of, standard_normal
+from bnnbench.methods.settings import MethodConfig
 from bnnbench.methods.natural import as_leaves
 
 
@@ -39,8 +42,27 @@ def decayed(rate0: float, kappa: float, t: torch.Tensor) -> torch.Tensor:
     return rate0 / (1 + t.to(torch.float64) ** kappa)
 
 
+@dataclass
+class SLANGConfig(MethodConfig):
+    name: str = "slang"
+    rank: int = 1                       # L
+    lr: float = 0.01                    # alpha_0
+    beta: float = 0.01                  # beta_0, the paper's beta (the authors' config key "beta" is 1 - beta_0)
+    decay_lr: float = 0.0               # kappa_alpha: alpha_t = alpha_0 / (1 + t^kappa); 0 = constant
+    decay_beta: float = 0.0             # kappa_beta
+    momentum: float = 0.9               # rho of the code's gradient momentum; 0 = the paper's eq. 11
+    train_samples: int = 1
+    s_init: float = 1.0                 # initial diagonal d
+    init_mean: str = "uniform_fan_in"
+    eig: str = "gram"                   # gram (exact top-L of the Gram matrix) | randomized (the paper's fast_eig,
+                                        # Rayleigh-Ritz) | nystrom (the code's fastpca.eigsh_func)
+    n_iter: int = 4                     # randomized, nystrom: power iterations
+    oversample: int = 2                 # randomized, nystrom: extra probes
+    per_example: str = "fast"           # fast (activations x back-propagated gradients) | materialised (reference)
+
 class SLANG(Method):
     name = "slang"
+    Config = SLANGConfig
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         R, P = problem.prior_prec.shape
@@ -52,10 +74,10 @@ class SLANG(Method):
     def noise(self, state, batch, generator):
         R, P = state["mean"].shape
         eps = standard_normal(state["mean"], int(self.cfg.train_samples), generator)
-        how = self.cfg.get("eig", "gram")
+        how = self.cfg.eig
         if how == "gram":
             return eps, None
-        k = min(P, int(self.cfg.rank) + int(self.cfg.get("oversample", 2)))
+        k = min(P, int(self.cfg.rank) + int(self.cfg.oversample))
         if how == "nystrom":   # the code's probes: uniform on [-1, 1]
             return eps, 2 * torch.rand(R, P, k, generator=generator, device=eps.device, dtype=eps.dtype) - 1
         return eps, torch.randn(R, P, k, generator=generator, device=eps.device, dtype=eps.dtype)
@@ -68,8 +90,8 @@ class SLANG(Method):
         mean, U, d, lam = state["mean"], state["U"], state["d"], state["prior_prec"]
         R, P, L = U.shape
         t = state["t"] + 1
-        alpha = lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)[:, None]
-        beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)[:, None]
+        alpha = lr_scale * decayed(float(self.cfg.lr), float(self.cfg.decay_lr), t).to(mean.dtype)[:, None]
+        beta = decayed(float(self.cfg.beta), float(self.cfg.decay_beta), t).to(mean.dtype)[:, None]
 
         theta = self.sample(state, eps)
         layers = as_leaves(self.model.layers(theta))
@@ -80,7 +102,7 @@ class SLANG(Method):
         acts = [a.detach() for a in acts]
         S, M = eps.shape[1], batch.x.shape[1]
         scale = state["n_data"].to(mean.dtype)[:, None] / (S * M)          # N / (MS)
-        if self.cfg.get("per_example", "fast") == "materialised":
+        if self.cfg.per_example == "materialised":
             g_hat = scale * sum_grads(self.model, acts, gs).sum(1)
         else:   # logistic regression: sums over samples first, M columns of G instead of S M
             g_hat = scale * sum_grads(self.model, *collapse_samples(self.model, acts, gs, "sum")).sum(1)
@@ -91,7 +113,7 @@ class SLANG(Method):
         old_diag = (1 - beta) * torch.linalg.vector_norm(U, dim=-1) ** 2 + beta * diag_G
         d_new = (1 - beta) * d + beta * lam + (old_diag - torch.linalg.vector_norm(U_new, dim=-1) ** 2).clamp_min(0)
 
-        rho = float(self.cfg.get("momentum", 0.0))
+        rho = float(self.cfg.momentum)
         if rho > 0:
             m = rho * state["m"] + (1 - rho) * g_hat
             m_hat = m / (1 - rho ** t.to(mean.dtype))[:, None]
@@ -114,8 +136,8 @@ class SLANG(Method):
         R, P, L = U.shape
         c = torch.sqrt(beta * scale)[:, :, None]                          # [R, 1, 1]
         a_U = torch.sqrt(1 - beta)[:, :, None]
-        how = self.cfg.get("eig", "gram")
-        materialised = self.cfg.get("per_example", "fast") == "materialised"
+        how = self.cfg.eig
+        materialised = self.cfg.per_example == "materialised"
         n = acts[0].shape[1] * acts[0].shape[2]                              # S * M per-example gradients
         dense = how == "gram" and P <= n + L  # small models: eigh of the P x P matrix itself is the cheaper exact route
         if materialised:
@@ -157,7 +179,7 @@ class SLANG(Method):
             return a_U ** 2 * (U @ (U.transpose(1, 2) @ Y)) + Gx(Gt(Y))
 
         eig = fast_eig if how == "randomized" else nystrom_eig
-        e, V = eig(A, probes, L, n_iter=int(self.cfg.get("n_iter", 4)))
+        e, V = eig(A, probes, L, n_iter=int(self.cfg.n_iter))
         e = torch.where(e > 1e-6, e, torch.zeros_like(e))
         return V * e.sqrt().unsqueeze(1)
 

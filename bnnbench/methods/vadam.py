@@ -14,21 +14,45 @@ posterior precision used for prediction is N s + lambda.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import List, Optional
+
 import torch
 
 from bnnbench.methods.base import Problem, State, hyper_state
+from bnnbench.methods.settings import MethodConfig
 from bnnbench.methods.mean_field import DiagonalPrecision
 from bnnbench.methods.natural import leaf_layers, sample_gradients
 
 
+@dataclass
+class VadamConfig(MethodConfig):
+    name: str = "vadam"
+    lr: float = 0.01
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.99])
+    train_samples: int = 1
+    prec_init: Optional[float] = None   # None: the prior precision (s_0 = 0), as the UCI code
+    init_mean: str = "uniform_fan_in"
+
+
+@dataclass
+class VpropConfig(MethodConfig):
+    name: str = "vprop"
+    lr: float = 0.01
+    beta: float = 0.99
+    train_samples: int = 1
+    prec_init: Optional[float] = None
+    init_mean: str = "uniform_fan_in"
+
 class Vadam(DiagonalPrecision):
     name = "vadam"
+    Config = VadamConfig
     momentum = True
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         mean = self.init_params(problem, generator)
         N = problem.n_data.to(mean.dtype)[:, None]
-        prec_init = problem.prior_prec if self.cfg.get("prec_init") is None else float(self.cfg.prec_init)
+        prec_init = problem.prior_prec if self.cfg.prec_init is None else float(self.cfg.prec_init)
         s = ((prec_init - problem.prior_prec) / N).clamp_min(0) * torch.ones_like(mean)
         state = {**hyper_state(problem), "mean": mean, "s": s,
                  "t": torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device)}
@@ -64,4 +88,5 @@ class Vadam(DiagonalPrecision):
 
 class Vprop(Vadam):
     name = "vprop"
+    Config = VpropConfig
     momentum = False

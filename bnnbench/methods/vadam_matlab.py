@@ -17,16 +17,31 @@ momentum weight 0.1 on the new value). The curvature g^2 / N is the squared *min
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from bnnbench.methods.natural import leaf_layers, sample_gradients
 from bnnbench.methods.slang import decayed
+from bnnbench.methods.settings import MethodConfig
 from bnnbench.methods.vogn import VOGN
 
+
+@dataclass
+class VadamMatlabConfig(MethodConfig):
+    name: str = "vadam_matlab"
+    lr: float = 0.01                    # alpha_0
+    beta: float = 0.01                  # beta_0
+    decay: float = 0.55                 # kappa: alpha_t = alpha_0 / (1 + t^kappa), beta_t likewise (0: constant)
+    momentum: float = 0.9               # rho: the code's weight 0.1 on the new gradient, with bias correction
+    train_samples: int = 1
+    prec_init: float = 1.0              # Sigma_0 = I
+    init_mean: str = "zero"
 
 class VadamMatlab(VOGN):
     """VOGN's mean-field state (``mean``, ``prec``) and initialisation, with ``S`` and ``m`` added."""
     name = "vadam_matlab"
+    Config = VadamMatlabConfig
 
     def init(self, problem, generator):
         state = super().init(problem, generator)

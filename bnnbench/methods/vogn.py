@@ -13,19 +13,34 @@ Gauss-Newton diagonal (``curvature: ggn``). Minibatch size 1 is VOGN-1.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import List, Optional
+
 import torch
 
 from bnnbench.methods.base import Problem, State, hyper_state
+from bnnbench.methods.settings import MethodConfig
 from bnnbench.methods.mean_field import DiagonalPrecision
 from bnnbench.methods.natural import leaf_layers, per_example_stats
 
 
+@dataclass
+class VOGNConfig(MethodConfig):
+    name: str = "vogn"
+    lr: float = 1e-3
+    beta: float = 0.999                 # P <- beta P + (1 - beta)(H_hat + lambda)
+    train_samples: int = 1
+    curvature: str = "ef"               # ef (empirical Fisher, the authors' code) | ggn (Gauss-Newton)
+    prec_init: Optional[float] = None   # initial precision P; None: the prior precision
+    init_mean: str = "uniform_fan_in"
+
 class VOGN(DiagonalPrecision):
     name = "vogn"
+    Config = VOGNConfig
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         mean = self.init_params(problem, generator)
-        prec = torch.full_like(mean, float(self.cfg.prec_init)) if self.cfg.get("prec_init") is not None \
+        prec = torch.full_like(mean, float(self.cfg.prec_init)) if self.cfg.prec_init is not None \
             else problem.prior_prec.clone()
         return {**hyper_state(problem), "mean": mean, "prec": prec,
                 "t": torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device)}
