@@ -126,6 +126,7 @@ def _cli(*args):
                           cwd=REPO, timeout=300, env=os.environ.copy())
 
 
+@pytest.mark.e2e
 def test_cli_run_prints_summary(tmp_path):
     p = _cli("run", "method=map", "data=uci/yacht", *TINY, f"runs_root={tmp_path}")
     assert p.returncode == 0, p.stderr
@@ -140,6 +141,7 @@ def test_cli_unknown_names_list_valid_ones(tmp_path):
     assert p.returncode != 0 and "uci/boston" in p.stderr
 
 
+@pytest.mark.e2e
 def test_cli_divergence_exit_code(tmp_path):
     p = _cli("run", "method=bbb", "data=uci/yacht", *TINY, "method.lr=1e30", f"runs_root={tmp_path}")
     assert p.returncode == 3 and "diverged" in p.stderr
@@ -235,6 +237,7 @@ def test_reproduce_refuses_an_unknown_option(capsys):
     assert "unrecognized arguments: --method" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_reproduce_runs_every_cell_in_worker_processes(tmp_path, capsys):
     runs = tmp_path / "runs"
     argv = ["reproduce", "slang_fig4", "protocol.epochs=1", "protocol.eval_every=1", "progress=false",
@@ -251,6 +254,7 @@ def test_reproduce_runs_every_cell_in_worker_processes(tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in records} == before
 
 
+@pytest.mark.e2e
 def test_reproduce_puts_figures_beside_its_tables(tmp_path):
     """Without --figures, a reproduction into another --out does not overwrite results/figures."""
     runs = tmp_path / "runs"
