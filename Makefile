@@ -9,9 +9,9 @@ EXPERIMENTS ?= slang_table1 slang_table2 vadam_table1 nng_table1
 TABLES ?= $(EXPERIMENTS) slang_table3   # MNIST's cells are GPU work (device=cuda) or, on a CPU, protocol=slang_mnist_50k
 JOBS   ?= 1
 
-.PHONY: install test test-e2e test-slow test-all data reproduce-tables tables bench regression clean
+.PHONY: install test test-e2e test-slow test-all lint data reproduce-tables tables bench regression clean
 
-install:  ## virtual environment in .venv with bnnbench (editable) and the test tools
+install:  ## virtual environment in .venv with bnnbench (editable), the test tools and ruff
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
@@ -28,6 +28,9 @@ test-slow:  ## long-running checks (the MNIST one is most of it)
 
 test-all:  ## every test: fast, e2e and slow (what CI runs)
 	$(PY) -m pytest -m ""
+
+lint:  ## ruff check (rules in pyproject.toml)
+	$(VENV)/bin/ruff check .
 
 data:  ## fetch, verify and convert every data set (BNNBENCH_MIRROR=<dir> to copy from a mirror)
 	$(BNN) data fetch all

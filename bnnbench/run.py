@@ -80,7 +80,8 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(msg)
     need(isinstance(cfg.seed, int) and cfg.seed >= 0, f"seed must be a non-negative integer, got {cfg.seed!r}")
     need(cfg.get("dtype", "float32") in ("float32", "float64"), f"dtype must be float32 or float64, got {cfg.dtype!r}")
-    need(str(cfg.get("device", "cpu")).split(":")[0] in ("cpu", "cuda"), f"device must be cpu or cuda[:N], got {cfg.device!r}")
+    need(str(cfg.get("device", "cpu")).split(":")[0] in ("cpu", "cuda"),
+         f"device must be cpu or cuda[:N], got {cfg.device!r}")
     w = cfg.get("workers")
     need(w is None or (isinstance(w, int) and w >= 1), f"workers must be null or an integer >= 1, got {w!r}")
     need(w in (None, 1) or str(cfg.get("device", "cpu")) == "cpu",
@@ -93,8 +94,10 @@ def validate(cfg: DictConfig) -> None:
         need(isinstance(m.train_samples, int) and m.train_samples >= 1,
              f"method.train_samples must be an integer >= 1, got {m.train_samples!r}")
     if m.get("betas") is not None:
-        need(len(m.betas) == 2 and all(0 <= b < 1 for b in m.betas), f"method.betas must be two numbers in [0, 1), got {list(m.betas)}")
-    need(cfg.hpo.kind in ("fixed", "grid", "bo", "recorded"), f"hpo.kind must be fixed, grid, bo or recorded, got {cfg.hpo.kind!r}")
+        need(len(m.betas) == 2 and all(0 <= b < 1 for b in m.betas),
+             f"method.betas must be two numbers in [0, 1), got {list(m.betas)}")
+    need(cfg.hpo.kind in ("fixed", "grid", "bo", "recorded"),
+         f"hpo.kind must be fixed, grid, bo or recorded, got {cfg.hpo.kind!r}")
 
 
 def device_of(cfg) -> torch.device:
@@ -248,7 +251,8 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
         done += n
         k += 1
         log(f"BO round: {done}/{total} evaluations per split ({n} candidates x {n_f} folds x {n_s} splits, "
-            f"{wall:.1f}s{', replayed' if wall == 0.0 else ''}); best mean score {np.mean([o.best[1] for o in opts]):.3f}")
+            f"{wall:.1f}s{', replayed' if wall == 0.0 else ''}); "
+            f"best mean score {np.mean([o.best[1] for o in opts]):.3f}")
     return [_hp_dict(names, spec.space, o.best[0]) | _keep_fixed(spec, names) for o in opts], trace, replayed_s
 
 

@@ -160,7 +160,8 @@ def test_grid_selection_is_recorded(tmp_path):
     for h, trace in zip(rec["hparams"], rec["hpo_trace"]):
         assert len(trace) == 4  # 2 x 2 grid over (log noise precision, log prior precision)
         best = max(trace, key=lambda t: t["score"])
-        assert h["noise_prec"] == pytest.approx(best["noise_prec"]) and h["prior_prec"] == pytest.approx(best["prior_prec"])
+        assert h["noise_prec"] == pytest.approx(best["noise_prec"])
+        assert h["prior_prec"] == pytest.approx(best["prior_prec"])
 
 
 def test_config_hash_ignores_unset_entries():

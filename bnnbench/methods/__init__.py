@@ -17,8 +17,8 @@ from bnnbench.methods.noisy import NoisyAdam, NoisyKFAC
 from bnnbench.methods.slang import SLANG
 from bnnbench.methods.vogn import VOGN
 
-METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout, VOGN, Vadam, Vprop, SLANG, NoisyAdam, NoisyKFAC, FullGaussian,
-                                                VadamMatlab)}
+METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout, VOGN, Vadam, Vprop, SLANG, NoisyAdam,
+                                                                NoisyKFAC, FullGaussian, VadamMatlab)}
 
 
 class UnknownMethodError(KeyError):

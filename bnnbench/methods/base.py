@@ -72,8 +72,9 @@ def hyper_state(problem: Problem) -> State:
 
 
 class Settings(dict):
-    """A method's hyper-parameters as a plain mapping read by attribute (``cfg.lr``, ``cfg.get("momentum", 0)``). Reading
-    an OmegaConf node costs several microseconds, and a step at UCI scale reads dozens of settings in about 2 ms."""
+    """A method's hyper-parameters as a plain mapping read by attribute (``cfg.lr``, ``cfg.get("momentum", 0)``).
+    Reading an OmegaConf node costs several microseconds, and a step at UCI scale reads dozens of settings in about
+    2 ms."""
 
     def __getattr__(self, key):
         try:

@@ -35,7 +35,8 @@ def learns_noise(cfg, likelihood: str, default: bool = False) -> bool:
     on = likelihood == "gaussian" and bool(cfg.get("learn_noise", default))
     if on and (missing := [k for k in NOISE_KEYS if cfg.get(k) is None]):
         keys = ", ".join("method." + k for k in missing)
-        raise ConfigError(f"learn_noise needs the Gamma prior and its step size: set {keys} (protocol=nng_uci sets them)")
+        raise ConfigError(f"learn_noise needs the Gamma prior and its step size: set {keys} "
+                          "(protocol=nng_uci sets them)")
     return on
 
 

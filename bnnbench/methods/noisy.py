@@ -104,7 +104,8 @@ class _NoisyBase(Method):
             return torch.randn(shape, generator=generator, dtype=dtype, device=device)
         if self.likelihood == "bernoulli":
             return torch.rand(shape, generator=generator, dtype=dtype, device=device)
-        return torch.rand(*shape, self.model.output_dim, generator=generator, dtype=dtype, device=device).clamp_min(1e-12)
+        u = torch.rand(*shape, self.model.output_dim, generator=generator, dtype=dtype, device=device)
+        return u.clamp_min(1e-12)
 
     def _backprop_observed_and_sampled(self, state, layers, x, y, y_noise):
         """One forward pass, then one manual backward pass (``backprop``) for two cotangents, both in closed form

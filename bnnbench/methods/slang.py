@@ -71,7 +71,8 @@ class SLANG(Method):
         mean, U, d, lam = state["mean"], state["U"], state["d"], state["prior_prec"]
         R, P, L = U.shape
         t = state["t"] + 1
-        alpha = self.lr_scale * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)[:, None]
+        alpha = (self.lr_scale
+                 * decayed(float(self.cfg.lr), float(self.cfg.get("decay_lr", 0)), t).to(mean.dtype)[:, None])
         beta = decayed(float(self.cfg.beta), float(self.cfg.get("decay_beta", 0)), t).to(mean.dtype)[:, None]
 
         theta = self.sample(state, eps)
