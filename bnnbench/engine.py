@@ -1,5 +1,5 @@
 """Training over a replica axis: every split, seed, CV fold and hyper-parameter candidate of one
-dataset trains as ONE batched program (DESIGN.md, "Replica axis").
+dataset trains as ONE batched program (docs/design.md, "Replica axis").
 
 Replicas may differ in training-set size; data sets are padded to the largest, and each replica
 draws its minibatches from its own per-epoch permutation of its own ``n_r`` rows. Replicas that share

@@ -1,4 +1,4 @@
-"""The one method interface (DESIGN.md): ``init``, ``update`` (= ``noise`` then ``step``), ``predict``.
+"""The one method interface (docs/design.md): ``init``, ``update`` (= ``noise`` then ``step``), ``predict``.
 
 A method is bound to a model and a likelihood, like an optimiser is bound to parameters. Its state is
 a plain ``dict`` of tensors that all carry the replica axis first, so any replica (split, seed, fold,

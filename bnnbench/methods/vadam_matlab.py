@@ -1,5 +1,5 @@
 """Vadam as the MATLAB logistic-regression code of Khan et al. (ICML 2018, section 6.1, Figure 2;
-``matlab/lib/methods/my_methods.m``, protocols/vadam.md 2) runs it. It differs from the PyTorch
+``matlab/lib/methods/my_methods.m``, docs/protocols/vadam.md 2) runs it. It differs from the PyTorch
 ``vadam`` (``bnnbench/methods/vadam.py``) in its scaling, its initial state and where the prior enters.
 
 q = N(mu, diag(1 / prec)), starting from prec_0 = S_0 = ``prec_init`` (the code: Sigma = I, S = inv(Sigma)). With the
