@@ -9,19 +9,28 @@ EXPERIMENTS ?= slang_table1 slang_table2 vadam_table1 nng_table1
 TABLES ?= $(EXPERIMENTS) slang_table3   # MNIST's cells are GPU work (device=cuda) or, on a CPU, protocol=slang_mnist_50k
 JOBS   ?= 1
 
-.PHONY: install test test-slow data reproduce-tables tables bench regression clean
+.PHONY: install test test-e2e test-slow test-all lint data reproduce-tables tables bench regression clean
 
-install:  ## virtual environment in .venv with bnnbench (editable) and the test tools
+install:  ## virtual environment in .venv with bnnbench (editable), the test tools and ruff
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[dev]"
 
-test:  ## fast tests (long ones are marked slow: make test-slow)
+test:  ## fast tests (about 40 s on 2 cores; end-to-end runs: make test-e2e, long checks: make test-slow)
 	$(PY) -m pytest
 
-test-slow:
+test-e2e:  ## end-to-end runs through the CLI, reproduce and worker processes
+	$(PY) -m pytest -m e2e
+
+test-slow:  ## long-running checks (the MNIST one is most of it)
 	$(PY) -m pytest -m slow
+
+test-all:  ## every test: fast, e2e and slow (what CI runs)
+	$(PY) -m pytest -m ""
+
+lint:  ## ruff check (rules in pyproject.toml)
+	$(VENV)/bin/ruff check .
 
 data:  ## fetch, verify and convert every data set (BNNBENCH_MIRROR=<dir> to copy from a mirror)
 	$(BNN) data fetch all

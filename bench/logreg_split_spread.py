@@ -2,8 +2,8 @@
 
     python bench/logreg_split_spread.py libsvm/breast_cancer [--groups 10]
 
-Fits Full-Gaussian Exact and Mean-Field Exact on ``groups x 20`` fresh random splits (numpy permutations seeded 1000 + k,
-not the data set's own splits, which are the authors' MATLAB splits) and prints the per-split spread and the
+Fits Full-Gaussian Exact and Mean-Field Exact on ``groups x 20`` fresh random splits (numpy permutations seeded
+1000 + k, not the data set's own splits, which are the authors' MATLAB splits) and prints the per-split spread and the
 mean over each group of 20, the quantity the published table reports: how far a table computed on other
 random splits may lie from the authors' numbers.
 """

@@ -95,8 +95,8 @@ def main():
         t = time_fit(spec, ds, args.epochs)   # fit evaluates once, at the end
         n_eval = max(1, spec.epochs // (spec.eval_every or spec.epochs))
         est[label, cell["data"]] = t / args.epochs * spec.epochs + n_eval * t
-        print(f"{cell['data']:>22s} {label:>13s}: {est[label, cell['data']]:7.1f} s ({t / args.epochs * 1e3:.1f} ms/epoch x "
-              f"{spec.epochs}, {n_eval} evaluations)", flush=True)
+        print(f"{cell['data']:>22s} {label:>13s}: {est[label, cell['data']]:7.1f} s "
+              f"({t / args.epochs * 1e3:.1f} ms/epoch x {spec.epochs}, {n_eval} evaluations)", flush=True)
     for data in dict.fromkeys(d for _, d in est):
         print(f"{data:>22s}: {sum(t for (_, d), t in est.items() if d == data) / 60:6.1f} min")
     total = sum(est.values())

@@ -24,7 +24,8 @@ def _summary_lines(record: dict) -> list[str]:
     lines = [f"{record['method']} on {record['dataset']} ({record['protocol']}), "
              f"{len(record['metrics'])} splits, {record['wall_time_s']:.1f}s:"]
     for k, s in record["summary"].items():
-        lines.append(f"  {k:>18s} = {s['mean']:.4f} +- {s['stderr']:.4f}  (n={s['n']}, +- is {record['stderr_convention']})")
+        lines.append(f"  {k:>18s} = {s['mean']:.4f} +- {s['stderr']:.4f}  "
+                     f"(n={s['n']}, +- is {record['stderr_convention']})")
     lines.append(f"  the paper's log-likelihood convention for this protocol: {record['loglik_convention_of_paper']}")
     return lines
 
@@ -241,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("--runs-root", default=RECORDS, help=RECORDS_HELP)
     pl.add_argument("--out", default=str(RESULTS / "figures"))
     lst = sub.add_parser("list", help="list data sets, methods, protocols and experiments")
-    lst.add_argument("what", nargs="?", default="all", choices=["all", "datasets", "methods", "protocols", "experiments"])
+    lst.add_argument("what", nargs="?", default="all",
+                     choices=["all", "datasets", "methods", "protocols", "experiments"])
     d = sub.add_parser("data", help="fetch and verify data sets")
     d.add_argument("action", choices=["list", "fetch"])
     d.add_argument("names", nargs="*", default=["all"], help="data set ids, a family (uci, libsvm) or all")

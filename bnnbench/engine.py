@@ -1,5 +1,5 @@
 """Training over a replica axis: every split, seed, CV fold and hyper-parameter candidate of one
-dataset trains as ONE batched program (DESIGN.md, "Replica axis").
+dataset trains as ONE batched program (docs/design.md, "Replica axis").
 
 Replicas may differ in training-set size; data sets are padded to the largest, and each replica
 draws its minibatches from its own per-epoch permutation of its own ``n_r`` rows. Replicas that share
@@ -79,17 +79,17 @@ class ReplicaData:
         n_max = max(len(tr) for tr, _ in pairs)
         t_max = max(len(te) for _, te in pairs)
         feat = X.shape[1:]
-        xt = np.zeros((U, n_max, *feat)); yt = np.zeros((U, n_max))
-        xe = np.zeros((U, t_max, *feat)); ye = np.zeros((U, t_max)); me = np.zeros((U, t_max), bool)
-        ym = np.zeros(U); ys = np.ones(U)
+        xt, yt = np.zeros((U, n_max, *feat)), np.zeros((U, n_max))
+        xe, ye, me = np.zeros((U, t_max, *feat)), np.zeros((U, t_max)), np.zeros((U, t_max), bool)
+        ym, ys = np.zeros(U), np.ones(U)
         for u, (tr, te) in enumerate(pairs):
             sx = Standardiser.fit(X[tr], normalize_x)
-            xt[u, :len(tr)] = sx(X[tr]); xe[u, :len(te)] = sx(X[te])
+            xt[u, :len(tr)], xe[u, :len(te)] = sx(X[tr]), sx(X[te])
             if normalize_y:
                 sy = Standardiser.fit(y[tr])
                 ym[u], ys[u] = sy.mean, sy.std
             yt[u, :len(tr)] = (y[tr] - ym[u]) / ys[u]
-            ye[u, :len(te)] = y[te]; me[u, :len(te)] = True
+            ye[u, :len(te)], me[u, :len(te)] = y[te], True
         t = lambda a: torch.as_tensor(a, dtype=dtype, device=device)  # noqa: E731
         di = list(range(U)) if data_index is None else data_index
         return cls(t(xt), t(yt), torch.tensor([len(tr) for tr, _ in pairs], device=device), t(xe), t(ye),
@@ -147,8 +147,8 @@ def make_batch(data: ReplicaData, rows: torch.Tensor) -> Batch:
     U, n_max = data.x_train.shape[:2]
     flat = (data.data_index[:, None] * n_max + rows).reshape(-1)
     x = data.x_train.reshape(U * n_max, *data.x_train.shape[2:]).index_select(0, flat)
-    return Batch(x=x.reshape(*rows.shape, *data.x_train.shape[2:]), y=data.y_train.reshape(-1)[flat].reshape(rows.shape),
-                 n_data=data.n_train[data.data_index])
+    return Batch(x=x.reshape(*rows.shape, *data.x_train.shape[2:]),
+                 y=data.y_train.reshape(-1)[flat].reshape(rows.shape), n_data=data.n_train[data.data_index])
 
 
 def evaluate(method: Method, state: State, data: ReplicaData, n_samples: int, generator: torch.Generator,

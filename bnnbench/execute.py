@@ -43,7 +43,8 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(msg)
     need(isinstance(cfg.seed, int) and cfg.seed >= 0, f"seed must be a non-negative integer, got {cfg.seed!r}")
     need(cfg.get("dtype", "float32") in ("float32", "float64"), f"dtype must be float32 or float64, got {cfg.dtype!r}")
-    need(str(cfg.get("device", "cpu")).split(":")[0] in ("cpu", "cuda"), f"device must be cpu or cuda[:N], got {cfg.device!r}")
+    need(str(cfg.get("device", "cpu")).split(":")[0] in ("cpu", "cuda"),
+         f"device must be cpu or cuda[:N], got {cfg.device!r}")
     w = cfg.get("workers")
     need(w is None or (isinstance(w, int) and w >= 1), f"workers must be null or an integer >= 1, got {w!r}")
     need(w in (None, 1) or str(cfg.get("device", "cpu")) == "cpu",
@@ -56,8 +57,10 @@ def validate(cfg: DictConfig) -> None:
         need(isinstance(m.train_samples, int) and m.train_samples >= 1,
              f"method.train_samples must be an integer >= 1, got {m.train_samples!r}")
     if m.get("betas") is not None:
-        need(len(m.betas) == 2 and all(0 <= b < 1 for b in m.betas), f"method.betas must be two numbers in [0, 1), got {list(m.betas)}")
-    need(cfg.hpo.kind in ("fixed", "grid", "bo", "recorded"), f"hpo.kind must be fixed, grid, bo or recorded, got {cfg.hpo.kind!r}")
+        need(len(m.betas) == 2 and all(0 <= b < 1 for b in m.betas),
+             f"method.betas must be two numbers in [0, 1), got {list(m.betas)}")
+    need(cfg.hpo.kind in ("fixed", "grid", "bo", "recorded"),
+         f"hpo.kind must be fixed, grid, bo or recorded, got {cfg.hpo.kind!r}")
 
 
 def device_of(cfg) -> torch.device:
@@ -75,7 +78,8 @@ def resolve_run(cfg: DictConfig, overrides: list[str]):
     if ds.task != spec.task and not (spec.task == "binary" and ds.task == "binary"):
         raise ConfigError(f"protocol {cfg.protocol.name!r} is for {spec.task} but {ds.name} is a {ds.task} data set")
     splits = run_splits(ds, spec)
-    resolved = {"config_schema": CONFIG_SCHEMA, "method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
+    resolved = {"config_schema": CONFIG_SCHEMA, "method": cfg.method.name, "dataset": ds.name,
+                "protocol": cfg.protocol.name,
                 "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
                 "dtype": cfg.get("dtype", "float32"), "workers": cfg.get("workers")}
     return ds, spec, splits, resolved
@@ -162,7 +166,8 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
               "wall_time_s": time.perf_counter() - t0 + hpo_replayed_s + res.resumed_s, "hpo_time_s": t_hpo,
               "train_time_s": res.wall_time_s,
               "train_steps": res.steps, "versions": results.versions(), "git_commit": commit,
-              **({"stages": stages} if stages else {}), **({"exact": res.solve_info} if res.solve_info is not None else {})}
+              **({"stages": stages} if stages else {}),
+              **({"exact": res.solve_info} if res.solve_info is not None else {})}
     history = {"epochs": res.history.epochs, "metrics": res.history.metrics, "splits": [s.name for s in splits]}
     results.write_record(run_dir, record, history=history if res.history.epochs else None)
     resume.remove()

@@ -127,7 +127,8 @@ class Categorical(Likelihood):
     def ggn_sqrt_output(self, f: torch.Tensor, generator=None) -> torch.Tensor:
         """-log p(y~ | f) with a label y~ ~ Categorical(p), p = softmax(f), drawn from ``generator``, ``[R, S, B]``: its
         gradient r = p - e_y~ is a one-sample Monte Carlo square root of
-        Lambda = -d^2 log p(y | f) / df^2 = diag(p) - p p^T = E_y~[r r^T] (the Fisher with labels drawn from the model)."""
+        Lambda = -d^2 log p(y | f) / df^2 = diag(p) - p p^T = E_y~[r r^T] (the Fisher with labels drawn from the
+        model)."""
         probs = torch.softmax(f.detach(), -1)
         y = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
         return -self.log_prob(f, y.reshape(probs.shape[:-1]))

@@ -1,5 +1,5 @@
 """Bayesian logistic regression with Gaussian posteriors: the metrics of SLANG Table 1 and the exact
-columns (Mishkin et al., 2018, section 4.1; protocols/slang.md sections 3 and 4.1).
+columns (Mishkin et al., 2018, section 4.1; docs/protocols/slang.md sections 3 and 4.1).
 
 The model is the MLP with no hidden layer, ``f(x) = w^T x + b``, with a Bernoulli likelihood. Its flat
 parameter vector is ``[w (D), b]``; the design-matrix form of ``bnnbench.exact_vi`` puts the bias first,

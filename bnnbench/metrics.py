@@ -1,6 +1,6 @@
 """Evaluation metrics, computed per replica with masks for padded test points.
 
-Test log-likelihood comes in two conventions (protocols/README.md, item 2):
+Test log-likelihood comes in two conventions (docs/protocols/README.md, item 2):
 
 * per-point (Gal & Ghahramani 2016; noisy NG; global inducing points):
   ``LL_pp = (1/N*) sum_j log[(1/S) sum_s p(y_j | theta_s)]``

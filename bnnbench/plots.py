@@ -13,7 +13,6 @@ Boxes (Vadam Figure 2, ``figure.boxes``): the final metric of every split or res
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np

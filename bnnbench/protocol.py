@@ -114,7 +114,8 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
     for node in (proto, size, ds):
         for layer, own in ((_get(node, "method"), False), (_get(node, "methods", mname), True)):
             for k, v in (OmegaConf.to_container(layer, resolve=True) if layer else {}).items():
-                if k not in method:   # ``method:`` applies to the methods that have the setting; ``methods.m`` must fit m
+                # ``method:`` applies to the methods that have the setting; ``methods.m`` must fit m
+                if k not in method:
                     if own:
                         raise ConfigError(f"protocol {proto.name!r} sets {k!r} for method {mname}, which has no such "
                                           f"setting; valid: {', '.join(method)}")

@@ -3,9 +3,9 @@
 Re-runs the fast subset of every experiment whose table is committed in ``results/tables/``: the
 final trainings on the small UCI data sets, at the paper protocol, with the per-split
 hyper-parameters recorded in ``results/runs`` (``hpo=recorded``; repeating the Bayesian optimisation
-would take hours), and the exact logistic-regression columns on the two small LIBSVM data sets. Rebuilds those cells and fails when a cell that ``results/`` records as
-reproduced (or better) no longer is, printing the cells that moved. The runs are seeded and CPU
-training is deterministic, so on unchanged code the numbers are the recorded ones.
+would take hours), and the exact logistic-regression columns on the two small LIBSVM data sets. Rebuilds those
+cells and fails when a cell that ``results/`` records as reproduced (or better) no longer is, printing the cells that
+moved. The runs are seeded and CPU training is deterministic, so on unchanged code the numbers are the recorded ones.
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def main(args) -> int:
         if len(moved):
             moved_all.append(moved.assign(experiment=exp))
         for _, r in new.merge(old_sub[KEYS + ["ours", "verdict"]], on=KEYS, suffixes=("", "_recorded")).iterrows():
-            print(f"   {r['dataset']:>13s} {r['method']:>19s} {r['setting']:>4s} {r['metric']:>12s}: ours {r['ours']:.4f} "
-                  f"(recorded {r['ours_recorded']:.4f}) paper {r['paper']:g} -> {r['verdict']}"
+            print(f"   {r['dataset']:>13s} {r['method']:>19s} {r['setting']:>4s} {r['metric']:>12s}: "
+                  f"ours {r['ours']:.4f} (recorded {r['ours_recorded']:.4f}) paper {r['paper']:g} -> {r['verdict']}"
                   f" (recorded {r['verdict_recorded']})")
     if moved_all:
         moved = pd.concat(moved_all)

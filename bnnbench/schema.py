@@ -6,7 +6,7 @@ sets it (``protocol.batch_size=32`` on a protocol that sets batch sizes per data
 ``None`` means "not set here": a protocol's per-size or per-data-set value, or the engine's behaviour without it.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 

@@ -116,7 +116,8 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
         done += n
         k += 1
         log(f"BO round: {done}/{total} evaluations per split ({n} candidates x {n_f} folds x {n_s} splits, "
-            f"{wall:.1f}s{', replayed' if wall == 0.0 else ''}); best mean score {np.mean([o.best[1] for o in opts]):.3f}")
+            f"{wall:.1f}s{', replayed' if wall == 0.0 else ''}); "
+            f"best mean score {np.mean([o.best[1] for o in opts]):.3f}")
     return [_hp_dict(names, spec.space, o.best[0]) | _keep_fixed(spec, names) for o in opts], trace, replayed_s
 
 

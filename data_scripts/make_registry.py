@@ -229,7 +229,7 @@ def build_registry(manifest_text: str) -> dict:
     datasets = define_datasets([f["path"] for f in files])
     return {
         "format": REGISTRY_FORMAT,
-        "generated_by": "data_scripts/make_registry.py from shared/data/MANIFEST.md",
+        "generated_by": "data_scripts/make_registry.py from the raw-data mirror's MANIFEST.md",
         "checksum_rule": "sha256 when not null, else md5; digest of the file as stored in the cache/mirror",
         "files": files,
         "datasets": datasets,

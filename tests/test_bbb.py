@@ -85,7 +85,8 @@ def test_converges_to_exact_mean_field_solution():
     for t in range(6000):
         state, _ = method.update(state, batch, g)
         if t >= 4000:
-            means.append(state["mean"][0]); sds.append(F.softplus(state["rho"][0]))
+            means.append(state["mean"][0])
+            sds.append(F.softplus(state["rho"][0]))
     Xb = torch.cat([X, torch.ones(len(X), 1, dtype=DT)], 1)
     Lam = lam * torch.eye(4, dtype=DT) + tau * Xb.T @ Xb
     m_exact = torch.linalg.solve(Lam, tau * Xb.T @ y)

@@ -65,11 +65,13 @@ def test_finished_cell_is_skipped(tmp_path):
     mtime = (tmp_path / "run" / "record.json").stat().st_mtime_ns
     b = _run(tmp_path)
     assert b == json.loads(json.dumps(a)) and (tmp_path / "run" / "record.json").stat().st_mtime_ns == mtime
-    with pytest.raises(ConfigError, match=r"another configuration \(it differs in spec.epochs\).*label=.*skip_done=false"):
+    refused = r"another configuration \(it differs in spec.epochs\).*label=.*skip_done=false"
+    with pytest.raises(ConfigError, match=refused):
         _run(tmp_path, "protocol.epochs=3")  # never replaces the record of another configuration silently
     assert (tmp_path / "run" / "record.json").stat().st_mtime_ns == mtime
     c = _run(tmp_path, "protocol.epochs=3", "skip_done=false")  # unless asked to
-    assert json.loads((tmp_path / "run" / "record.json").read_text())["config_hash"] == c["config_hash"] != a["config_hash"]
+    on_disk = json.loads((tmp_path / "run" / "record.json").read_text())
+    assert on_disk["config_hash"] == c["config_hash"] != a["config_hash"]
 
 
 def test_divergence_writes_failure_and_no_record(tmp_path):
@@ -130,6 +132,7 @@ def _cli(*args):
                           cwd=REPO, timeout=300, env=os.environ.copy())
 
 
+@pytest.mark.e2e
 def test_cli_run_prints_summary(tmp_path):
     p = _cli("run", "method=map", "data=uci/yacht", *TINY, f"runs_root={tmp_path}")
     assert p.returncode == 0, p.stderr
@@ -144,6 +147,7 @@ def test_cli_unknown_names_list_valid_ones(tmp_path):
     assert p.returncode != 0 and "uci/boston" in p.stderr
 
 
+@pytest.mark.e2e
 def test_cli_divergence_exit_code(tmp_path):
     p = _cli("run", "method=bbb", "data=uci/yacht", *TINY, "method.lr=1e30", f"runs_root={tmp_path}")
     assert p.returncode == 3 and "diverged" in p.stderr
@@ -162,7 +166,8 @@ def test_grid_selection_is_recorded(tmp_path):
     for h, trace in zip(rec["hparams"], rec["hpo_trace"]):
         assert len(trace) == 4  # 2 x 2 grid over (log noise precision, log prior precision)
         best = max(trace, key=lambda t: t["score"])
-        assert h["noise_prec"] == pytest.approx(best["noise_prec"]) and h["prior_prec"] == pytest.approx(best["prior_prec"])
+        assert h["noise_prec"] == pytest.approx(best["noise_prec"])
+        assert h["prior_prec"] == pytest.approx(best["prior_prec"])
 
 
 def test_config_hash_ignores_unset_entries():
@@ -244,6 +249,7 @@ def test_reproduce_refuses_an_unknown_option(capsys):
     assert "unrecognized arguments: --method" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_reproduce_runs_every_cell_in_worker_processes(tmp_path, capsys):
     runs = tmp_path / "runs"
     argv = ["reproduce", "slang_fig4", "protocol.epochs=1", "protocol.eval_every=1", "progress=false",
@@ -260,6 +266,7 @@ def test_reproduce_runs_every_cell_in_worker_processes(tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in records} == before
 
 
+@pytest.mark.e2e
 def test_reproduce_puts_figures_beside_its_tables(tmp_path):
     """Without --figures, a reproduction into another --out does not overwrite results/figures."""
     runs = tmp_path / "runs"

@@ -20,8 +20,9 @@ from bnnbench.data.errors import ChecksumError, DataError, DataMissingError, Unk
 
 from datapaths import MIRROR, REPO
 
-needs_mirror = pytest.mark.skipif(not (MIRROR / "MANIFEST.md").is_file(),
-                                  reason=f"raw-data mirror not found at {MIRROR} (set BNNBENCH_MIRROR or BNNBENCH_TEST_MIRROR)")
+needs_mirror = pytest.mark.skipif(
+    not (MIRROR / "MANIFEST.md").is_file(),
+    reason=f"raw-data mirror not found at {MIRROR} (set BNNBENCH_MIRROR or BNNBENCH_TEST_MIRROR)")
 
 EXPECTED_DATASETS = [
     "uci/boston", "uci/concrete", "uci/energy", "uci/kin8nm", "uci/naval", "uci/power",

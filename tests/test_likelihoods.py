@@ -15,7 +15,8 @@ def _cases():
     g = torch.Generator().manual_seed(0)
     R, S, B = 2, 3, 5
     tau = torch.tensor([0.5, 4.0], dtype=DT)
-    yield "gaussian", Gaussian(tau), torch.randn(R, S, B, 1, generator=g, dtype=DT), torch.randn(R, B, generator=g, dtype=DT)
+    yield ("gaussian", Gaussian(tau), torch.randn(R, S, B, 1, generator=g, dtype=DT),
+           torch.randn(R, B, generator=g, dtype=DT))
     yield ("gaussian per-sample tau", Gaussian(torch.rand(R, S, generator=g, dtype=DT) + 0.1),
            torch.randn(R, S, B, 1, generator=g, dtype=DT), torch.randn(R, S, B, generator=g, dtype=DT))
     yield ("bernoulli", Bernoulli(), 3 * torch.randn(R, S, B, 1, generator=g, dtype=DT),

@@ -84,7 +84,8 @@ def test_summarise_stderr_convention():
 def test_kl_diag_matches_torch_distributions():
     g = torch.Generator().manual_seed(2)
     mq, mp = torch.randn(2, 5, generator=g, dtype=torch.float64), torch.randn(2, 5, generator=g, dtype=torch.float64)
-    vq, vp = torch.rand(2, 5, generator=g, dtype=torch.float64) + 0.1, torch.rand(2, 5, generator=g, dtype=torch.float64) + 0.1
+    vq = torch.rand(2, 5, generator=g, dtype=torch.float64) + 0.1
+    vp = torch.rand(2, 5, generator=g, dtype=torch.float64) + 0.1
     ref = torch.distributions.kl_divergence(torch.distributions.Normal(mq, vq.sqrt()),
                                             torch.distributions.Normal(mp, vp.sqrt())).sum(-1)
     assert torch.allclose(kl_diag_gaussians(mq, vq, mp, vp), ref)

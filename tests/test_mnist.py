@@ -77,7 +77,8 @@ def test_stages_train_on_50k_then_60k_and_resume_between_stages(tmp_path, env, m
         _run(tmp_path / "cut")
     assert len(list((tmp_path / "cut" / "run").glob(".stage0-*.pt"))) == 1   # stage 1 kept
     calls["n"] = 0
-    monkeypatch.setattr(stages_mod, "fit_replicas", lambda *a, **k: (calls.__setitem__("n", calls["n"] + 1), real(*a, **k))[1])
+    monkeypatch.setattr(stages_mod, "fit_replicas",
+                        lambda *a, **k: (calls.__setitem__("n", calls["n"] + 1), real(*a, **k))[1])
     resumed = _run(tmp_path / "cut")
     assert calls["n"] == 1                                       # only stage 2 trained again
     assert resumed["metrics"] == ref["metrics"] and resumed["stages"] == ref["stages"]
@@ -119,8 +120,8 @@ def test_fast_protocol_ranks_the_methods_as_the_long_runs(tmp_path, env):
     -ELBO/N and test NLL (measured: L = 1, 8: 27.2 / 24.6 and 0.66 / 0.61), and BBB is ahead, as after 100 epochs of
     slang_mnist_50k. With 125 steps every L sat at 42-47% in no order. About 10 min on 2 cores."""
     recs = {}
-    for label, extra in (("slang_L1", ["method=slang", "method.rank=1"]), ("slang_L8", ["method=slang", "method.rank=8"]),
-                         ("bbb", ["method=bbb"])):
+    for label, extra in (("slang_L1", ["method=slang", "method.rank=1"]),
+                         ("slang_L8", ["method=slang", "method.rank=8"]), ("bbb", ["method=bbb"])):
         ov = ["experiment=slang_table3", "protocol=slang_mnist_fast", f"label={label}", f"runs_root={tmp_path}",
               "progress=false", *extra]
         recs[label] = execute(compose(ov), ov, tmp_path / label, log=lambda m: None)["summary"]

@@ -63,7 +63,8 @@ def test_ggn_diagonal_matches_explicit_jacobians(lik):
     model = MLP([3, 4, 1])
     theta = torch.randn(1, 1, model.n_params, generator=g, dtype=DT)
     x = torch.randn(1, 5, 3, generator=g, dtype=DT)
-    y = (torch.rand(1, 5, generator=g, dtype=DT) > 0.5).to(DT) if lik == "bernoulli" else torch.randn(1, 5, generator=g, dtype=DT)
+    y = ((torch.rand(1, 5, generator=g, dtype=DT) > 0.5).to(DT) if lik == "bernoulli"
+         else torch.randn(1, 5, generator=g, dtype=DT))
     method = METHODS["vogn"](OmegaConf.create({"curvature": "ggn"}), model, lik)
     state = {"noise_prec": torch.tensor([3.0], dtype=DT)}
     layers = [(W.detach().requires_grad_(True), b.detach().requires_grad_(True)) for W, b in model.layers(theta)]

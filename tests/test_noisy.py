@@ -37,9 +37,11 @@ def test_gamma_noise_gradient_matches_autograd_of_the_objective():
     r2 = torch.tensor([0.7, 0.05], dtype=DT)
     a, b = z[:, 0].exp(), z[:, 1].exp()
     ell = 0.5 * (torch.digamma(a) - torch.log(b) - a / b * r2 - math.log(2 * math.pi))
-    obj = -ell + torch.distributions.kl_divergence(torch.distributions.Gamma(a, b), torch.distributions.Gamma(a0, b0)) / n
+    obj = -ell + torch.distributions.kl_divergence(torch.distributions.Gamma(a, b),
+                                                   torch.distributions.Gamma(a0, b0)) / n
     (ref,) = torch.autograd.grad(obj.sum(), [z])
-    assert torch.allclose(gamma_noise.objective_grad(a.detach(), b.detach(), r2, a0, b0, n), ref, rtol=1e-12, atol=1e-14)
+    assert torch.allclose(gamma_noise.objective_grad(a.detach(), b.detach(), r2, a0, b0, n), ref,
+                          rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("damping_ex", [0.0, 0.3])
@@ -69,13 +71,15 @@ def test_sampled_weights_have_the_kronecker_covariance_of_eq13(damping_ex):
         Wc = method._sample_hom(state, eps)[l][0] - method._hom(state["mean"], l)[0]
         T = Wc.reshape(n, n).T
         cov = T @ T.T  # Cov of vec(W) (row-major)
-        assert torch.allclose(cov, torch.kron(kl / N * torch.linalg.inv(A_d), torch.linalg.inv(S_d)), rtol=1e-8, atol=1e-12)
+        assert torch.allclose(cov, torch.kron(kl / N * torch.linalg.inv(A_d), torch.linalg.inv(S_d)),
+                              rtol=1e-8, atol=1e-12)
         # the mean update's natural gradient [A^g]^-1 V [S^g]^-1, damped by gamma = gamma_in + gamma_ex
         gam = g_in + damping_ex
         A_g = A + pi * math.sqrt(gam) * torch.eye(A.shape[0], dtype=DT)
         S_g = S + math.sqrt(gam) / pi * torch.eye(S.shape[0], dtype=DT)
         V = torch.randn(1, d_in + 1, d_out, generator=g, dtype=DT)
-        assert torch.allclose(method._precondition(state, l, V)[0], torch.linalg.inv(A_g) @ V[0] @ torch.linalg.inv(S_g))
+        assert torch.allclose(method._precondition(state, l, V)[0],
+                              torch.linalg.inv(A_g) @ V[0] @ torch.linalg.inv(S_g))
 
 
 def test_a_factor_indefinite_in_floating_point_is_clamped_as_the_authors_code_and_nan_is_not_an_exception():
@@ -186,7 +190,8 @@ def test_matrix_normal_kl_against_dense():
         M = method._hom(state["mean"], l)[0].flatten()
         k = M.numel()
         q = torch.distributions.MultivariateNormal(M, covariance_matrix=torch.kron(U, V))
-        p = torch.distributions.MultivariateNormal(torch.zeros(k, dtype=DT), covariance_matrix=0.5 * torch.eye(k, dtype=DT))
+        p = torch.distributions.MultivariateNormal(torch.zeros(k, dtype=DT),
+                                                   covariance_matrix=0.5 * torch.eye(k, dtype=DT))
         ref += torch.distributions.kl_divergence(q, p)
     assert torch.allclose(method.kl(state)[0], 0.7 * ref)
 

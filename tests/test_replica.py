@@ -2,7 +2,6 @@
 the same update computed alone (same minibatch, same noise), a replica's solve its solve alone (solved methods);
 per-replica minibatching and standardisation."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -161,7 +160,8 @@ def test_lr_drop_is_the_lr_scale_passed_to_update():
     prob = Problem("gaussian", data.n_train[data.data_index], torch.ones(2, model.n_params, dtype=DT),
                    noise_prec=torch.tensor([1.0, 2.0], dtype=DT), y_scale=data.replica("y_std"))
     state0 = method.init(prob, torch.Generator().manual_seed(1))
-    res = train(method, state0, data, epochs=4, batch_size=8, eval_samples=1, generator=torch.Generator().manual_seed(2),
+    res = train(method, state0, data, epochs=4, batch_size=8, eval_samples=1,
+                generator=torch.Generator().manual_seed(2),
                 task="regression", lr_drop={"at": 0.5, "factor": 0.25})
 
     def by_hand(scales):

@@ -21,6 +21,7 @@ from bnnbench.splits import select_splits
 from datapaths import MIRROR
 
 needs_data = pytest.mark.skipif(not (MIRROR / "MANIFEST.md").is_file(), reason="needs the data mirror")
+pytestmark = pytest.mark.e2e   # worker processes: make test-e2e
 
 TINY = ["protocol.epochs=2", "protocol.splits=[0,1,2]", "protocol.eval_every=1", "progress=false"]
 

@@ -21,7 +21,8 @@ def env(module_env):
 
 
 def _listing(d):
-    return sorted((str(p.relative_to(d)), p.stat().st_mtime_ns if p.is_file() else 0) for p in d.rglob("*")) if d.exists() else []
+    """Every path under ``d`` with its file's modification time."""
+    return sorted((str(p.relative_to(d)), p.stat().st_mtime_ns if p.is_file() else 0) for p in d.rglob("*"))
 
 
 def test_every_protocol_key_is_overridable_without_plus():
@@ -29,9 +30,10 @@ def test_every_protocol_key_is_overridable_without_plus():
     assert cfg.protocol.batch_size == 32 and cfg.protocol.eval_every == 5 and cfg.hpo.folds == 3
 
 
-@pytest.mark.parametrize("override, valid", [("method.nosuch=3", "train_samples"), ("+method.nosuch=3", "local_reparam"),
-                                             ("protocol.batch_sise=3", "batch_size"), ("hpo.fold=2", "use_folds"),
-                                             ("nosuch=1", "skip_done"), ("model.width=3", "activation")])
+@pytest.mark.parametrize("override, valid", [
+    ("method.nosuch=3", "train_samples"), ("+method.nosuch=3", "local_reparam"),
+    ("protocol.batch_sise=3", "batch_size"), ("hpo.fold=2", "use_folds"), ("nosuch=1", "skip_done"),
+    ("model.width=3", "activation")])
 def test_an_unknown_key_is_an_error_listing_the_valid_ones(override, valid):
     with pytest.raises(ConfigError, match=rf"unknown key .*valid keys of .*{valid}"):
         compose(["method=bbb", override])

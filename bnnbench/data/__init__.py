@@ -7,8 +7,8 @@ Public API::
     fetch("mnist") -> list[Path]               # fetch + verify raw files ("all": every dataset)
     dataset_files("mnist") -> list[dict]       # registry entries of a dataset
 
-Environment: ``BNNBENCH_CACHE`` (cache root), ``BNNBENCH_MIRROR`` (local copy of the raw-data
-mirror, e.g. shared/data), ``BNNBENCH_OFFLINE=1`` (never download),
+Environment: ``BNNBENCH_CACHE`` (cache root), ``BNNBENCH_MIRROR`` (a local raw-data mirror laid
+out like the registry paths), ``BNNBENCH_OFFLINE=1`` (never download),
 ``BNNBENCH_DOWNLOAD_TIMEOUT`` (seconds). See ``data_scripts/README.md``.
 """
 from __future__ import annotations

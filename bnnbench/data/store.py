@@ -182,7 +182,7 @@ def _missing_message(entry: dict, dataset: str | None, problems: list[str]) -> s
         f"Raw data file {rel!r}{ds} is not available.\n{tried}\n"
         f"To fix: run `{_fetch_cmd(dataset)}` (or `python data_scripts/fetch.py {dataset or 'NAME'}`) "
         f"on a machine with internet access, or set BNNBENCH_MIRROR=<dir> to a local copy of the "
-        f"raw-data mirror (same layout as shared/data, i.e. <dir>/{rel}), or place the file at "
+        f"raw-data mirror (laid out like the registry, i.e. <dir>/{rel}), or place the file at "
         f"{raw_path(rel)} yourself (it is checksum-verified)."
     )
 

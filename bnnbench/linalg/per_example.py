@@ -2,7 +2,7 @@
 
 For a linear layer ``z = a W + b`` the gradient of example i's loss is ``dW_i = a_i^T g_i`` and
 ``db_i = g_i``, with ``a_i`` the layer input and ``g_i = d loss_i / d z_i``. Hence, without forming
-the per-example gradients (DESIGN.md, "curvature without materialising"):
+the per-example gradients (docs/design.md, "Curvature without materialising"):
 
     sum_i dW_i^2 = (a^2)^T (g^2),      sum_i db_i^2 = sum_i g_i^2.
 

@@ -19,8 +19,9 @@ from bnnbench.methods.noisy import NoisyAdam, NoisyKFAC
 from bnnbench.methods.slang import SLANG
 from bnnbench.methods.vogn import VOGN
 
-METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout, VOGN, Vadam, Vprop, SLANG, NoisyAdam, NoisyKFAC, FullGaussian,
-                                                VadamMatlab, ExactFullGaussian, ExactMeanField)}
+METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout, VOGN, Vadam, Vprop, SLANG, NoisyAdam,
+                                                                NoisyKFAC, FullGaussian, VadamMatlab, ExactFullGaussian,
+                                                                ExactMeanField)}
 
 
 class UnknownMethodError(KeyError):

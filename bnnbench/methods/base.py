@@ -1,4 +1,4 @@
-"""The one method interface (DESIGN.md): ``init``, ``update`` (= ``noise`` then ``step``), ``predict``; or, for a
+"""The one method interface (docs/design.md): ``init``, ``update`` (= ``noise`` then ``step``), ``predict``; or, for a
 method that is solved rather than stepped (``solved = True``), ``solve`` in place of ``init`` and ``update``.
 
 A method is bound to a model and a likelihood, like an optimiser is bound to parameters. Its state is
@@ -152,8 +152,8 @@ class Method:
 
 
 def standard_normal(mean: torch.Tensor, n_samples: int, generator: torch.Generator) -> torch.Tensor:
-    """eps ~ N(0, I) ``[R, n_samples, P]`` on the device and in the dtype of ``mean [R, P]``: the draws of weight samples
-    theta_s = mean + (a square root of the covariance) eps_s."""
+    """eps ~ N(0, I) ``[R, n_samples, P]`` on the device and in the dtype of ``mean [R, P]``: the draws of weight
+    samples theta_s = mean + (a square root of the covariance) eps_s."""
     R, P = mean.shape
     return torch.randn(R, n_samples, P, generator=generator, device=mean.device, dtype=mean.dtype)
 

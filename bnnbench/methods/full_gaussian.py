@@ -16,8 +16,9 @@ phi_i = [x_i, 1] and every Gauss-Newton factor sqrt(h_is) phi_i, so the curvatur
 sum_{i,s} C_{i,s} = Phi^T diag(w) Phi with w_i = sum_s r_is^2 (ef) or sum_s h_is (ggn): M P^2 flops instead of
 S M P^2 (``per_example.collapse_samples``).
 
-``momentum: rho > 0`` replaces the gradient by m_hat = m / (1 - rho^t), m <- rho m + (1 - rho)(N/(MS) sum g + lambda mu),
-as the VOGN of Khan et al.'s MATLAB logistic-regression code (``my_methods.m``, rho = 0.9); rho = 0 is the update above.
+``momentum: rho > 0`` replaces the gradient by m_hat = m / (1 - rho^t),
+m <- rho m + (1 - rho)(N/(MS) sum g + lambda mu), as the VOGN of Khan et al.'s MATLAB logistic-regression code
+(``my_methods.m``, rho = 0.9); rho = 0 is the update above.
 
 ``covariance: diag`` is the mean-field version (the "Mean-Field EF / Hessian" columns of SLANG Table 1):
 prec is a vector and C is replaced by its diagonal, so the mean step divides by prec elementwise.
@@ -115,7 +116,9 @@ class FullGaussian(Method):
         return g_sum, C, nll_i.detach().mean(dim=(1, 2))
 
     def _hessian(self, state, theta, batch):
-        from torch.func import hessian
+        # reverse over reverse: faster on these models than torch.func.hessian (forward over reverse), whose first
+        # forward-mode use makes torch compile its JVP decompositions with the deprecated torch.jit.script
+        from torch.func import jacrev
         R, S, P = theta.shape
         out = torch.zeros(R, P, P, dtype=theta.dtype, device=theta.device)
         for r in range(R):
@@ -125,7 +128,7 @@ class FullGaussian(Method):
                 f = self.model.forward(th[None, None], batch.x[r:r + 1])
                 return -likelihood_of(sub, self.likelihood).log_prob(f, batch.y[r:r + 1]).sum()
             for s in range(S):
-                out[r] += hessian(total_nll)(theta[r, s])
+                out[r] += jacrev(jacrev(total_nll))(theta[r, s])
         return out
 
     def step(self, state, batch, noise, lr_scale=1.0):

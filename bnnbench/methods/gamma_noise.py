@@ -48,7 +48,8 @@ def learns_noise(cfg, likelihood: str) -> bool:
     on = likelihood == "gaussian" and bool(cfg.learn_noise)
     if on and (missing := [k for k in NOISE_KEYS if cfg[k] is None]):
         keys = ", ".join("method." + k for k in missing)
-        raise ConfigError(f"learn_noise needs the Gamma prior and its step size: set {keys} (protocol=nng_uci sets them)")
+        raise ConfigError(f"learn_noise needs the Gamma prior and its step size: set {keys} "
+                          "(protocol=nng_uci sets them)")
     return on
 
 

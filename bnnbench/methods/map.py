@@ -6,7 +6,7 @@ Objective per data point: ``-(1/M) sum_i log p(y_i | theta) + (1/(2N)) sum_p lam
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List
 
 import torch
 

@@ -41,7 +41,7 @@ def _inv_chol_t(X: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
 
     Where ``X`` is not numerically positive definite (in float32, a factor F of large activations with a small
     damping), F's eigenvalues are clamped at 0 first, i.e. X's at ``floor``, in float64, as the authors' code does at
-    every refresh (protocols/noisy_kfac.md: eigendecompose the damped factors, clamp eigenvalues at the damping).
+    every refresh (docs/protocols/noisy_kfac.md: eigendecompose the damped factors, clamp eigenvalues at the damping).
     A non-finite X gives a non-finite C, and the engine stops the run as diverged."""
     if X.shape[-1] == 1:  # a layer with one output: C = X^-1/2, clamped alike, without LAPACK
         nan = torch.full_like(X, float("nan"))

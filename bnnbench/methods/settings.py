@@ -1,4 +1,5 @@
-"""A method's settings: the typed ``Config`` that holds their defaults, and the plain mapping a method reads them from."""
+"""A method's settings: the typed ``Config`` that holds their defaults, and the plain mapping a method reads them
+from."""
 
 from __future__ import annotations
 

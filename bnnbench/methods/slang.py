@@ -1,4 +1,4 @@
-"""SLANG (Mishkin et al., NeurIPS 2018, Algorithm 1; the authors' Python optimiser, protocols/slang.md 2).
+"""SLANG (Mishkin et al., NeurIPS 2018, Algorithm 1; the authors' Python optimiser, docs/protocols/slang.md 2).
 
 q(theta) = N(mu, (U U^T + diag d)^-1), U [P, L]. One step with S samples and a minibatch of M:
 

@@ -1,9 +1,10 @@
 """Vadam as the MATLAB logistic-regression code of Khan et al. (ICML 2018, section 6.1, Figure 2;
-``matlab/lib/methods/my_methods.m``, protocols/vadam.md 2) runs it. It differs from the PyTorch
+``matlab/lib/methods/my_methods.m``, docs/protocols/vadam.md 2) runs it. It differs from the PyTorch
 ``vadam`` (``bnnbench/methods/vadam.py``) in its scaling, its initial state and where the prior enters.
 
-q = N(mu, diag(1 / prec)), starting from prec_0 = S_0 = ``prec_init`` (the code: Sigma = I, S = inv(Sigma)). With the minibatch gradient of the *summed* negative log-likelihood
-scaled to the data set, g = (N / M) mean_s sum_i grad l_i(theta_s), theta_s = mu + eps_s / sqrt(prec):
+q = N(mu, diag(1 / prec)), starting from prec_0 = S_0 = ``prec_init`` (the code: Sigma = I, S = inv(Sigma)). With the
+minibatch gradient of the *summed* negative log-likelihood scaled to the data set,
+g = (N / M) mean_s sum_i grad l_i(theta_s), theta_s = mu + eps_s / sqrt(prec):
 
     m <- rho m + (1 - rho)(g + lambda mu),                 m_hat = m / (1 - rho^t),
     S <- (1 - beta_t) S + beta_t g^2 / N,                  S_hat = S / (1 - (1 - beta_t)^t),

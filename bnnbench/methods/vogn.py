@@ -13,8 +13,8 @@ Gauss-Newton diagonal (``curvature: ggn``). Minibatch size 1 is VOGN-1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import List, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
