@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 
 from bnnbench import exact_vi, logreg
-from bnnbench.config import compose
+from bnnbench.config import CommandLine, compose
 from bnnbench.data import load_dataset
 from bnnbench.protocol import resolve
 
@@ -27,7 +27,7 @@ def main() -> None:
     args = p.parse_args()
     ds = load_dataset(args.dataset)
     ov = ["experiment=slang_table1", "method=exact_full", f"data={args.dataset}"]
-    spec = resolve(compose(ov), ov)
+    spec = resolve(compose(ov), CommandLine.parse(ov))
     N = len(ds.y)
     n_train = N // 2
     rows = []

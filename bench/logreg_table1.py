@@ -28,12 +28,12 @@ from bnnbench.splits import select_splits, with_restarts
 
 
 def cell_spec(cell):
-    from bnnbench.config import cell_own_overrides, compose
+    from bnnbench.config import CommandLine, cell_own_overrides, compose
     ov = ["experiment=slang_table1", f"method={cell['method']}", f"data={cell['data']}",
           *cell_own_overrides(cell, "results/runs")]
     cfg = compose(ov)
     ds = load_dataset(cfg.data.name)
-    return resolve(cfg, ov, meta=ds.meta), ds
+    return resolve(cfg, CommandLine.parse(ov), meta=ds.meta), ds
 
 
 def time_fit(spec, ds, epochs):

@@ -24,12 +24,12 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
-    from bnnbench.config import compose
+    from bnnbench.config import CommandLine, compose
     ov = ["method=bbb", "data=uci/boston", "protocol=slang_uci", f"protocol.epochs={args.epochs}",
           "protocol.eval_every=null"]
     cfg = compose(ov)
     ds = load_dataset("uci/boston")
-    spec = resolve(cfg, ov, meta=ds.meta)
+    spec = resolve(cfg, CommandLine.parse(ov), meta=ds.meta)
     pairs = [(s.train, s.test) for s in ds.splits]
     hp = [dict(spec.fixed)] * len(pairs)
     kw = FitOptions(device=torch.device(args.device), dtype=torch.float32)

@@ -8,6 +8,7 @@ arguments.
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
@@ -92,6 +93,31 @@ def check_choices(overrides: list[str]) -> str | None:
                 hint = f" (did you mean {close[0]}?)" if close else ""
                 return f"unknown {key} {v!r}{hint}; valid: {', '.join(valid)}"
     return None
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """What a command line set explicitly, as Hydra's own override parser reads it: the config groups it chose
+    (``hpo=bo``) and, per group, the top-level keys it gave (``method.lr=0.1`` -> ``{"method": {"lr"}}``). A protocol's
+    per-size or per-data-set value never overrides these (``protocol.resolve``)."""
+    chosen: frozenset = frozenset()
+    keys: dict = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, overrides: list[str]) -> CommandLine:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        chosen, keys = set(), {}
+        for o in OverridesParser.create().parse_overrides(list(overrides)):
+            group, _, sub = o.key_or_group.partition(".")
+            if not sub:
+                chosen.add(group)
+            elif not o.is_delete():
+                keys.setdefault(group, set()).add(sub.split(".")[0])
+        return cls(frozenset(chosen), {g: frozenset(k) for g, k in keys.items()})
+
+    def sets(self, group: str) -> frozenset:
+        """The keys of ``group`` given on the command line."""
+        return self.keys.get(group, frozenset())
 
 
 def cell_own_overrides(cell: dict, runs_root) -> list[str]:

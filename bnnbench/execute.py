@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig
 
 from bnnbench import logreg, results
-from bnnbench.config import CONFIG_SCHEMA, ConfigError
+from bnnbench.config import CONFIG_SCHEMA, CommandLine, ConfigError
 from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError
 from bnnbench.exact_vi import NotConvergedError
@@ -74,7 +74,7 @@ def resolve_run(cfg: DictConfig, overrides: list[str]):
     """The data set, run spec and splits of ``cfg``, and the resolved configuration that a record stores and
     whose hash (``results.config_hash``) decides whether a finished record can be reused."""
     ds = load_dataset(cfg.data.name)
-    spec = resolve(cfg, overrides, meta=ds.meta)
+    spec = resolve(cfg, CommandLine.parse(overrides), meta=ds.meta)
     if ds.task != spec.task and not (spec.task == "binary" and ds.task == "binary"):
         raise ConfigError(f"protocol {cfg.protocol.name!r} is for {spec.task} but {ds.name} is a {ds.task} data set")
     splits = run_splits(ds, spec)

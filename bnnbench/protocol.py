@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, OmegaConf
 
-from bnnbench.config import ConfigError
+from bnnbench.config import CommandLine, ConfigError
 
 PROTOCOL_KEYS = ("epochs", "batch_size", "eval_samples", "eval_every")
 
@@ -60,16 +60,6 @@ class RunSpec:
         return d
 
 
-def explicit_keys(overrides: list[str], prefix: str) -> set[str]:
-    """Keys set on the command line under ``prefix.`` (``method.lr=0.1`` -> ``lr``)."""
-    keys = set()
-    for o in overrides:
-        k = o.split("=", 1)[0].lstrip("+~")
-        if k.startswith(prefix + "."):
-            keys.add(k[len(prefix) + 1:].split(".")[0])
-    return keys
-
-
 def _get(node, *path, default=None):
     for p in path:
         if node is None or p not in node:
@@ -85,7 +75,7 @@ def _typed_method(node, method: dict, protocol: str) -> dict:
     try:
         return OmegaConf.to_container(OmegaConf.merge(node, method), resolve=True)
     except OmegaConfBaseException as e:
-        raise ConfigError(f"protocol {protocol!r}: {str(e).splitlines()[0]}") from None
+        raise ConfigError(f"protocol {protocol!r}, method.{e.full_key}: {str(e).splitlines()[0]}") from None
 
 
 def _stages(stages) -> list | None:
@@ -97,8 +87,10 @@ def _stages(stages) -> list | None:
     return out
 
 
-def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | None = None) -> RunSpec:
-    overrides = overrides or []
+def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None = None) -> RunSpec:
+    """The settings of one run: ``cfg`` composed, the protocol's layers applied in the order of the module docstring,
+    and what the command line ``given`` set kept over every protocol layer."""
+    given = given or CommandLine()
     proto, data = cfg.protocol, cfg.data
     key = data.key
     if "datasets" in proto and proto.datasets is not None and key not in proto.datasets:
@@ -109,7 +101,7 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
     size = _get(proto, "sizes", ds.get("size", None), default=OmegaConf.create({})) if ds.get("size") else {}
     mname = cfg.method.name
 
-    explicit_m = explicit_keys(overrides, "method")
+    explicit_m = given.sets("method")
     method = OmegaConf.to_container(cfg.method, resolve=True)
     for node in (proto, size, ds):
         for layer, own in ((_get(node, "method"), False), (_get(node, "methods", mname), True)):
@@ -123,7 +115,7 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
                     method[k] = v
     method = _typed_method(cfg.method, method, proto.name)
 
-    explicit_p = explicit_keys(overrides, "protocol")
+    explicit_p = given.sets("protocol")
     vals = {}
     for k in PROTOCOL_KEYS:
         v = proto.get(k)
@@ -137,7 +129,7 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
             raise ConfigError(f"protocol.{k} must be a positive integer, got {vals[k]!r}")
 
     hidden = cfg.model.get("hidden")
-    if hidden is None or "hidden" not in explicit_keys(overrides, "model"):
+    if hidden is None or "hidden" not in given.sets("model"):
         hidden = next((h for h in (ds.get("hidden"), proto.get("hidden"), hidden) if h is not None), [50])
         if isinstance(hidden, str) and hidden.startswith("meta:"):
             hidden = [int(float(meta[hidden[5:]]))] if meta else [50]
@@ -165,16 +157,16 @@ def resolve(cfg: DictConfig, overrides: list[str] | None = None, meta: dict | No
             fixed[name] = float(v)
 
     hpo = OmegaConf.to_container(cfg.hpo, resolve=True)
-    hpo_chosen = any(o.split("=", 1)[0].lstrip("+~") == "hpo" for o in overrides)
+    hpo_chosen = "hpo" in given.chosen
     proto_hpo = OmegaConf.to_container(proto.hpo, resolve=True) if proto.get("hpo") else {}
     for k, v in proto_hpo.items():
         if k == "default_kind":
             if not hpo_chosen and v != hpo["kind"]:
                 raise ConfigError(f"protocol {proto.name!r} selects hyper-parameters with hpo={v}; "
                                   f"add hpo={v} (or hpo=fixed to use fixed values)")
-        elif k not in explicit_keys(overrides, "hpo"):
+        elif k not in given.sets("hpo"):
             hpo[k] = v
-    if ds.get("length_scales") is not None and "length_scales" not in explicit_keys(overrides, "hpo"):
+    if ds.get("length_scales") is not None and "length_scales" not in given.sets("hpo"):
         hpo["length_scales"] = list(ds.length_scales)
 
     likelihood = {"regression": "gaussian", "binary": "bernoulli", "multiclass": "categorical"}[proto.task]

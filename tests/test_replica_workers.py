@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from bnnbench.config import compose
+from bnnbench.config import CommandLine, compose
 from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError
 from bnnbench.config import ConfigError
@@ -52,7 +52,7 @@ def test_each_chunk_trains_as_it_would_alone_with_its_seed():
     ov = ["method=bbb", "data=uci/yacht", *TINY]
     cfg = compose(ov)
     ds = load_dataset(cfg.data.name)
-    spec = resolve(cfg, ov, meta=ds.meta)
+    spec = resolve(cfg, CommandLine.parse(ov), meta=ds.meta)
     splits = select_splits(ds, [0, 1, 2], spec.split_scheme)
     pairs = [(s.train, s.test) for s in splits]
     hps = [dict(spec.fixed, prior_prec=p) for p in (0.5, 1.0, 2.0)]
@@ -117,7 +117,7 @@ def test_divergence_in_a_worker_fails_the_run_naming_replicas_of_the_run(tmp_pat
     assert json.loads((tmp_path / "run" / "failed.json").read_text())["status"] == "failed"
     cfg = compose(ov)  # a chunk numbers its replicas from its offset in the run
     ds = load_dataset(cfg.data.name)
-    spec = resolve(cfg, ov, meta=ds.meta)
+    spec = resolve(cfg, CommandLine.parse(ov), meta=ds.meta)
     pairs = [(s.train, s.test) for s in select_splits(ds, [0, 1], spec.split_scheme)]
     with pytest.raises(DivergenceError, match=r"replica\(s\) \[5, 6\]"):
         fit(spec, ds, pairs, [0, 1], [dict(spec.fixed)] * 2, torch.Generator().manual_seed(0),

@@ -1,0 +1,66 @@
+"""Protocol precedence (``protocol.resolve``): method config < protocol ``method`` < ``methods[m]`` < per size < per
+data set < command line, for method settings, protocol keys, the search and the network; what the command line set comes
+from Hydra's parser (``config.CommandLine``), not from splitting strings."""
+
+import pytest
+from omegaconf import OmegaConf
+
+from bnnbench.config import CommandLine, ConfigError, compose
+from bnnbench.methods import METHODS
+from bnnbench.protocol import resolve
+
+
+def _spec(*overrides):
+    ov = ["protocol=slang_uci", *overrides]
+    return resolve(compose(ov), CommandLine.parse(ov))
+
+
+def test_command_line_is_read_by_hydras_parser():
+    given = CommandLine.parse(["hpo=bo", "method=slang", "method.lr=0.1", "+protocol.epochs=3", "++hpo.folds=2",
+                               "model.hidden=[7,7]", "method.betas=[0.9,0.99]", "seed=1", "~method.momentum"])
+    assert given.chosen == {"hpo", "method", "seed"}
+    assert given.sets("method") == {"lr", "betas"} and given.sets("protocol") == {"epochs"}
+    assert given.sets("hpo") == {"folds"} and given.sets("model") == {"hidden"} and given.sets("data") == set()
+
+
+def test_layers_apply_from_the_least_to_the_most_specific():
+    yacht = _spec("method=slang", "data=uci/yacht")
+    assert METHODS["slang"].Config().train_samples == 1 and yacht.method.train_samples == 4  # sizes.small.method
+    assert METHODS["slang"].Config().lr == 0.01 and yacht.method.lr == 0.08               # datasets.yacht.methods.slang
+    assert yacht.batch_size == 10 and yacht.epochs == 120                                  # sizes.small, protocol
+    power = _spec("method=slang", "data=uci/power")
+    assert power.method.train_samples == 2 and power.batch_size == 100 and power.method.eig == "nystrom"
+
+
+def test_the_command_line_wins_over_every_layer():
+    s = _spec("method=slang", "data=uci/yacht", "method.lr=0.5", "method.train_samples=3", "protocol.batch_size=32",
+              "protocol.epochs=7", "model.hidden=[7]", "hpo=bo", "hpo.n_random=2")
+    assert s.method.lr == 0.5 and s.method.train_samples == 3
+    assert s.batch_size == 32 and s.epochs == 7 and s.model_hidden == [7] and s.hpo["n_random"] == 2
+    assert _spec("method=slang", "data=uci/yacht", "hpo=bo").hpo["n_random"] == 5  # the protocol's, when not given
+
+
+def test_a_protocol_method_block_for_every_method_skips_settings_a_method_lacks():
+    s = _spec("method=map", "data=uci/yacht")   # sizes.small.method sets train_samples; MAP has none
+    assert "train_samples" not in s.method and s.method.betas == [0.9, 0.99]
+
+
+def test_a_protocol_setting_a_method_lacks_is_an_error_naming_the_protocol():
+    cfg = compose(["protocol=slang_uci", "method=slang", "data=uci/yacht"])
+    OmegaConf.update(cfg, "protocol.methods.slang.rnak", 2, force_add=True)
+    with pytest.raises(ConfigError, match="protocol 'slang_uci' sets 'rnak' for method slang.*valid: .*rank"):
+        resolve(cfg, CommandLine())
+    cfg = compose(["protocol=slang_uci", "method=slang", "data=uci/yacht"])
+    OmegaConf.update(cfg, "protocol.methods.slang.rank", "two", force_add=True)
+    with pytest.raises(ConfigError, match="protocol 'slang_uci'.*rank"):
+        resolve(cfg, CommandLine())
+
+
+def test_the_protocol_chooses_the_search_unless_the_command_line_does():
+    ov = ["protocol=gal_uci", "method=mc_dropout", "data=uci/yacht"]   # gal_uci: hpo.default_kind grid
+    meta = {"tau_values": [0.25, 0.5, 1.0], "dropout_rates": [0.005, 0.01], "n_hidden": 50}  # from the data set
+    with pytest.raises(ConfigError, match="hpo=grid"):
+        resolve(compose(ov), CommandLine.parse(ov), meta)
+    for kind in ("fixed", "grid"):
+        spec = resolve(compose([*ov, f"hpo={kind}"]), CommandLine.parse([*ov, f"hpo={kind}"]), meta)
+        assert spec.hpo["kind"] == kind
