@@ -26,24 +26,13 @@ from pathlib import Path
 MOVED_DEFAULTS = {("full_gaussian", "momentum"): 0.0, ("bbb", "learn_noise"): False, ("bbb", "noise_lr_drop"): True}
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in (d or {}).items():
-        if k == "hydra_overrides" or v is None:
-            continue
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def unexplained(old: dict, new: dict, method: str) -> list[str]:
     """The differences between a stored (``old``) and today's (``new``) resolved configuration that the schema change
     does not explain."""
     from bnnbench.methods import method_class
+    from bnnbench.results import flat_config
     own = {f.name for f in fields(method_class(method).Config)}
-    a, b = _flat(old), _flat(new)
+    a, b = flat_config(old), flat_config(new)
     bad = []
     for key in sorted(a.keys() | b.keys()):
         va, vb = a.get(key), b.get(key)

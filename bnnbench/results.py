@@ -242,19 +242,22 @@ def is_done(run_dir: Path, chash: str) -> bool:
     return stored_config_hash(rec) == chash
 
 
+def flat_config(config: dict, prefix: str = "") -> dict:
+    """A stored configuration as ``{dotted key: value}``, unset entries and the command line's overrides left out."""
+    out = {}
+    for k, v in (config or {}).items():
+        if k == "hydra_overrides" or v is None:
+            continue
+        if isinstance(v, dict):
+            out.update(flat_config(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def config_diff(a: dict, b: dict, most: int = 6) -> list[str]:
     """The dotted keys whose values differ between two stored configurations (unset entries left out)."""
-    def flat(d, prefix=""):
-        out = {}
-        for k, v in (d or {}).items():
-            if k == "hydra_overrides" or v is None:
-                continue
-            if isinstance(v, dict):
-                out.update(flat(v, f"{prefix}{k}."))
-            else:
-                out[f"{prefix}{k}"] = v
-        return out
-    fa, fb = flat(a), flat(b)
+    fa, fb = flat_config(a), flat_config(b)
     keys = sorted(k for k in fa.keys() | fb.keys() if json.dumps(fa.get(k), default=_jsonable)
                   != json.dumps(fb.get(k), default=_jsonable))
     return [*keys[:most], *([f"{len(keys) - most} more"] if len(keys) > most else [])]
