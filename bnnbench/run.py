@@ -26,7 +26,7 @@ from bnnbench.methods.base import hyper_state
 from bnnbench.metrics import STDERR_CONVENTION, summarise
 from bnnbench.models import MLP
 from bnnbench.protocol import ConfigError, RunSpec, resolve
-from bnnbench import logreg, results
+from bnnbench import logreg, results, threads
 from bnnbench.exact_vi import NotConvergedError
 
 
@@ -95,6 +95,7 @@ def validate(cfg: DictConfig) -> None:
     if m.get("betas") is not None:
         need(len(m.betas) == 2 and all(0 <= b < 1 for b in m.betas), f"method.betas must be two numbers in [0, 1), got {list(m.betas)}")
     need(cfg.hpo.kind in ("fixed", "grid", "bo", "recorded"), f"hpo.kind must be fixed, grid, bo or recorded, got {cfg.hpo.kind!r}")
+    threads.check(cfg.get("threads", "auto"))
 
 
 def device_of(cfg) -> torch.device:
@@ -268,7 +269,8 @@ def resolve_run(cfg: DictConfig, overrides: list[str]):
         subset(with_restarts(select_splits(ds, spec.splits, spec.split_scheme), spec.restarts), spec.subset)
     resolved = {"method": cfg.method.name, "dataset": ds.name, "protocol": cfg.protocol.name,
                 "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
-                "dtype": cfg.get("dtype", "float32"), "workers": cfg.get("workers")}
+                "dtype": cfg.get("dtype", "float32"), "workers": cfg.get("workers"),
+                "threads": threads.choose(cfg.get("threads", "auto"), threads.network_params(spec, ds))}
     return ds, spec, splits, resolved
 
 
@@ -277,6 +279,7 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
     t0 = time.perf_counter()
     commit = results.git_commit()  # first call in the process: the code this process runs
     ds, spec, splits, resolved = resolve_run(cfg, overrides)
+    threads.apply(resolved["threads"])  # before any torch work
     device = device_of(cfg)
     dtype = {"float32": torch.float32, "float64": torch.float64}[cfg.get("dtype", "float32")]
     torch.manual_seed(int(cfg.seed))
