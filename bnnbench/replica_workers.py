@@ -65,7 +65,8 @@ def part_path(checkpoint: Path | None, c: int, w: int) -> Path | None:
 
 def _fit_chunk(args):
     spec, ds, pairs, data_index, hparams, seed, threads, kw = args
-    torch.set_num_threads(threads)
+    from bnnbench.threads import apply
+    apply(threads)
     torch.manual_seed(seed)  # the global generator too, as ``run.execute`` seeds it (q(tau)'s samples draw from it)
     from bnnbench.run import fit
     res = fit(spec, ds, pairs, data_index, hparams, torch.Generator().manual_seed(seed), **kw)
@@ -83,7 +84,7 @@ def fit_in_workers(spec, ds, pairs, data_index, hparams, generator, *, workers: 
     R = len(data_index)
     parts = chunks(R, workers)
     seeds = torch.randint(0, 2 ** 62, (len(parts),), generator=generator).tolist()
-    threads = max(1, torch.get_num_threads() // len(parts))
+    threads = max(1, torch.get_num_threads() // len(parts))  # the run's count (bnnbench.threads) shared out
     init_state, checkpoint = kw.pop("init_state", None), kw.pop("checkpoint", None)
     offset = kw.pop("replica_offset", 0)
     jobs = []
