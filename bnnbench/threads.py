@@ -5,20 +5,21 @@
 2-core host (results/README.md, Speed):
 
 * A UCI step is hundreds of tiny operations; a second thread adds a fork and a join to each and gains nothing
-  even on idle cores (replica_workers: at most ~10%). Beside other processes every join waits for a descheduled
-  thread: Boston's BBB, 3 epochs, took 0.37 s idle, 42.3 s beside six busy processes at torch's default 2 threads
-  and 2.0 s at 1 (``bench/threads_contention.py``); 0.17 s at 1 thread against 2.9 s at 2 beside one other job.
-  Logistic regression is the same (SLANG Table 1 cells, 2 epochs, at load 5: 0.1-0.7 s at 1 thread, 3-45 s at 2).
-* An MNIST step is a few large matrix products, which a second core shares: on idle cores (2026-11-25 19:01, the
-  other users' processes at 0.00 cores) Adam / BBB / SLANG L = 8 steps took 7.8 / 36.2 / 170.8 ms at 1 thread and
-  4.6 / 22.2 / 103.9 ms at 2: 1.6-1.7x (``python bench/mnist_epoch.py --ranks 8 --steps 4 --threads 1,2``-style
-  steps, interleaved). Beside other jobs the second thread loses here too (SLANG L = 8 with one other busy core:
-  176 -> 417 ms; Adam at load 4.6: 22.7 -> 276 ms), so on a shared host MNIST runs are better at ``threads=1``
-  (``experiment=slang_table3`` pins it: its records ran so).
+  even on idle cores (Boston's BBB, 3 epochs: 0.14-0.16 s at either count). Beside other processes every join
+  waits for a descheduled thread: beside six busy processes the same run took 8.9-11.8 s at torch's default
+  2 threads (64-77x) and 0.55-0.61 s at 1 (3.6-4.1x; ``bench/threads_contention.py``, 2026-11-25, quiet host
+  otherwise). Logistic regression is the same (SLANG Table 1 cells, 2 epochs, at load 5: 0.1-0.7 s at 1 thread,
+  3-45 s at 2).
+* An MNIST step is a few large matrix products, which a second core shares: on idle cores Adam / BBB / SLANG L = 8
+  steps took 10.5 / 37.7 / 180.4 ms at 1 thread and 6.4 / 24.5 / 110.4 ms at 2, 1.5-1.6x faster
+  (``python bench/mnist_epoch.py --ranks 8 --steps 4 --threads 1,2``, 2026-11-25 19:18). Beside other jobs the
+  second thread loses here too (same command at load 4.6: Adam 22.7 -> 276 ms, SLANG L = 8 463 -> 1395 ms), so
+  on a shared host MNIST runs are better at ``threads=1`` (``experiment=slang_table3`` pins it: its records ran so).
 
 Where the count changes numbers (an A/B of the same command at 1 and 2 threads, record metrics compared): never
 on the UCI sets (BBB, SLANG, noisy K-FAC on Boston; Vadam on power; noisy Adam on protein; a BO round on kin8nm:
-bitwise equal) nor in training; in the last float32 digit of evaluations over large test sets, whose reductions
+bitwise equal), in logistic-regression states after 2 epochs (a1a, USPS, australian) or on MNIST's first 2000
+images scored on 500; in the last float32 digit of evaluations over large test sets, whose reductions
 torch splits over threads (MNIST's 10 000 test images: ``loglik_joint`` 1.2e-7 apart; a1a's 30 956: ``ece``
 1e-7 relative). So a count above 1 is part of the configuration hash (``results.HASH_DEFAULTS``: at 1, the count
 of the records made before this setting, it is left out and those records stay valid). torch 2.13's batched LU
