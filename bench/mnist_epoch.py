@@ -5,7 +5,10 @@ the implied time of one epoch on 50k images (250 steps) and of the whole schedul
 300 on 60k: 115 000 steps), and SLANG's epoch relative to an Adam (MAP) epoch on the same network with
 one sample, measured in the same run (issue 5 asks for <= 5x at L = 32).
 
-    python bench/mnist_epoch.py [--steps 5] [--device cpu] [--ranks 1,8,32]
+    python bench/mnist_epoch.py [--steps 5] [--device cpu] [--ranks 1,8,32] [--threads 1,2]
+
+``--threads`` times every row at each of these intra-op thread counts in turn (what ``threads=auto`` of a run was
+decided from: bnnbench/threads.py); without it, at torch's current count.
 """
 
 from __future__ import annotations
@@ -25,17 +28,25 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--ranks", default="1,8,32")
+    ap.add_argument("--threads", default="", help="comma list of intra-op thread counts (default: torch's current)")
     args = ap.parse_args()
     dev = torch.device(args.device)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {dev}")
+    counts = [int(t) for t in args.threads.split(",")] if args.threads else [torch.get_num_threads()]
+    print(f"torch {torch.__version__}, {'/'.join(map(str, counts))} threads, device {dev}")
     mn = dict(sizes=[784, 400, 400, 10], lik="categorical", R=1, M=200, steps=args.steps, device=dev)
-    adam = time_steps("map", CFG["map"], **{**mn, "steps": 4 * args.steps})
-    print(f"  {'Adam (MAP), 1 sample':<24s} {adam:8.1f} ms/step  epoch {adam * STEPS_EPOCH / 1e3:7.1f} s")
+    adam = {}
+    for t in counts:
+        torch.set_num_threads(t)
+        adam[t] = time_steps("map", CFG["map"], **{**mn, "steps": 4 * args.steps})
+        print(f"  {'Adam (MAP), 1 sample':<24s} {t} thr {adam[t]:8.1f} ms/step  "
+              f"epoch {adam[t] * STEPS_EPOCH / 1e3:7.1f} s")
     rows = [("BBB", "bbb", {}), *[(f"SLANG L={L}", "slang", {"rank": int(L)}) for L in args.ranks.split(",")]]
     for label, name, over in rows:
-        ms = time_steps(name, {**CFG[name], **over, "train_samples": 4}, **mn)
-        print(f"  {label + ', 4 samples':<24s} {ms:8.1f} ms/step  epoch {ms * STEPS_EPOCH / 1e3:7.1f} s  "
-              f"protocol {ms * STEPS_PROTOCOL / 3.6e6:6.1f} h  epoch / Adam epoch {ms / adam:5.1f}x")
+        for t in counts:
+            torch.set_num_threads(t)
+            ms = time_steps(name, {**CFG[name], **over, "train_samples": 4}, **mn)
+            print(f"  {label + ', 4 samples':<24s} {t} thr {ms:8.1f} ms/step  epoch {ms * STEPS_EPOCH / 1e3:7.1f} s  "
+                  f"protocol {ms * STEPS_PROTOCOL / 3.6e6:6.1f} h  epoch / Adam epoch {ms / adam[t]:5.1f}x")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ exit code (``run_one``).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -112,16 +111,16 @@ def _cell_overrides(args, cell) -> list[str]:
             *cell_ov, *args.overrides]
 
 
-def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], threads: int | None = None) -> str:
-    """Run one cell (in this process or a worker); returns the lines to print."""
+def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], cores: int | None = None) -> str:
+    """Run one cell (in this process, or in a worker that may use ``cores`` cores); returns the lines to print."""
     from bnnbench.config import ConfigError, compose
     from bnnbench.engine import DivergenceError
     from bnnbench.execute import execute
     from bnnbench.exact_vi import NotConvergedError
     from bnnbench.results import RunDirError
-    if threads:
-        import torch
-        torch.set_num_threads(threads)
+    from bnnbench.threads import share_cores
+    if cores:
+        share_cores(cores)
     cfg = compose(ov)
     run_dir = run_dir_of(cfg)
     head = f"== {experiment}: {cfg.label} on {cfg.data.name} -> {run_dir}"
@@ -138,8 +137,9 @@ def cmd_reproduce(args) -> int:
     """Run every cell of an experiment that has no finished record, then write its tables.
 
     ``--data`` / ``--label`` (comma lists) keep only those cells. ``--jobs N`` runs N cells at a time
-    in worker processes (cpu_count // N threads each); cells whose overrides name another cell's record
-    (``{runs_root}``, e.g. Vprop with Vadam's hyper-parameters) start after all the others have finished."""
+    in worker processes, each allowed cores // N (``threads=auto`` uses at most that); cells whose overrides
+    name another cell's record (``{runs_root}``, e.g. Vprop with Vadam's hyper-parameters) start after all
+    the others have finished."""
     spec = experiment_spec(args.experiment)
     keep_data = set(args.data.split(",")) if getattr(args, "data", None) else None
     keep_label = set(args.label.split(",")) if getattr(args, "label", None) else None
@@ -156,10 +156,11 @@ def cmd_reproduce(args) -> int:
             continue
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
-        threads = max(1, (os.cpu_count() or 1) // jobs)
+        from bnnbench.threads import available_cores
+        cores = max(1, available_cores() // jobs)
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
             for out in pool.map(_reproduce_cell, [args.experiment] * len(wave), [args.runs_root] * len(wave),
-                                wave, [threads] * len(wave)):
+                                wave, [cores] * len(wave)):
                 print(out, flush=True)
     figures = args.figures or str(Path(args.out).parent / "figures")    # beside the tables
     cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out=figures))

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from bnnbench import logreg, results
+from bnnbench import logreg, results, threads
 from bnnbench.config import CONFIG_SCHEMA, CommandLine, ConfigError
 from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError
@@ -61,6 +61,7 @@ def validate(cfg: DictConfig) -> None:
              f"method.betas must be two numbers in [0, 1), got {list(m.betas)}")
     need(cfg.hpo.kind in ("fixed", "grid", "bo", "recorded"),
          f"hpo.kind must be fixed, grid, bo or recorded, got {cfg.hpo.kind!r}")
+    threads.check(cfg.get("threads", "auto"))
 
 
 def device_of(cfg) -> torch.device:
@@ -81,7 +82,8 @@ def resolve_run(cfg: DictConfig, overrides: list[str]):
     resolved = {"config_schema": CONFIG_SCHEMA, "method": cfg.method.name, "dataset": ds.name,
                 "protocol": cfg.protocol.name,
                 "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
-                "dtype": cfg.get("dtype", "float32"), "workers": cfg.get("workers")}
+                "dtype": cfg.get("dtype", "float32"), "workers": cfg.get("workers"),
+                "threads": threads.choose(cfg.get("threads", "auto"), threads.network_params(spec, ds))}
     return ds, spec, splits, resolved
 
 
@@ -100,6 +102,7 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
     t0 = time.perf_counter()
     commit = results.git_commit()  # first call in the process: the code this process runs
     ds, spec, splits, resolved = resolve_run(cfg, overrides)
+    threads.apply(resolved["threads"])  # before any torch work
     device = device_of(cfg)
     dtype = {"float32": torch.float32, "float64": torch.float64}[cfg.get("dtype", "float32")]
     torch.manual_seed(int(cfg.seed))

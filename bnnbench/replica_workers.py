@@ -77,7 +77,8 @@ def fit_replicas(spec, ds, pairs, data_index, hparams, generator, opts: FitOptio
 
 def _fit_chunk(args):
     spec, ds, pairs, data_index, hparams, seed, threads, opts, init_state = args
-    torch.set_num_threads(threads)
+    from bnnbench.threads import apply
+    apply(threads)
     torch.manual_seed(seed)  # the global generator too, as ``execute`` seeds it (q(tau)'s samples draw from it)
     res = fit(spec, ds, pairs, data_index, hparams, torch.Generator().manual_seed(seed), opts, init_state=init_state)
     res.method = None
@@ -95,7 +96,7 @@ def fit_in_workers(spec, ds, pairs, data_index, hparams, generator, opts: FitOpt
     R = len(data_index)
     parts = chunks(R, workers)
     seeds = torch.randint(0, 2 ** 62, (len(parts),), generator=generator).tolist()
-    threads = max(1, torch.get_num_threads() // len(parts))
+    threads = max(1, torch.get_num_threads() // len(parts))  # the run's count (bnnbench.threads) shared out
     jobs = []
     for c, idx in enumerate(parts):
         used = sorted(set(data_index[idx.start:idx.stop]))

@@ -201,9 +201,16 @@ def _drop_none(obj):
     return obj
 
 
+# top-level settings left out of the hash at this value: what every record made before the setting existed ran with
+# (``threads``: 1 thread is the reference order of float reductions; bnnbench.threads)
+HASH_DEFAULTS = {"threads": 1}
+
+
 def config_hash(config: dict) -> str:
     """Hash of the resolved run configuration (what decides the numbers), for skip-if-done.
-    Unset (``None``) entries are left out, so adding an optional setting keeps finished runs valid."""
+    Unset (``None``) entries, and top-level entries at their ``HASH_DEFAULTS`` value, are left out, so adding an
+    optional setting keeps finished runs valid."""
+    config = {k: v for k, v in config.items() if k not in HASH_DEFAULTS or v != HASH_DEFAULTS[k]}
     blob = json.dumps(_drop_none(config), sort_keys=True, default=_jsonable).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
