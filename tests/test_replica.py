@@ -1,4 +1,4 @@
-"""The replica axis: for every registered method (with its ``configs/method`` settings), a replica's update equals
+"""The replica axis: for every registered method (with its typed config's settings), a replica's update equals
 the same update computed alone (same minibatch, same noise), a replica's solve its solve alone (solved methods);
 per-replica minibatching and standardisation."""
 

@@ -1,8 +1,9 @@
 """Inference methods, all behind the interface of ``bnnbench.methods.base``.
 
 Add a method by writing one module with a ``Method`` subclass (a mean-field Gaussian posterior: a ``MeanField``
-subclass, ``methods/mean_field.py``), registering it here, and adding ``configs/method/<name>.yaml``. Per-replica
-hyper-parameters other than the prior and noise precisions are declared in ``replica_hparams``.
+subclass, ``methods/mean_field.py``) and its typed ``Config`` (a ``MethodConfig`` dataclass: every setting with its
+default), and registering it here. Per-replica hyper-parameters other than the prior and noise precisions are
+declared in ``replica_hparams``.
 """
 
 from __future__ import annotations

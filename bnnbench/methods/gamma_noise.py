@@ -90,7 +90,7 @@ def step(cfg, state, f, y, lr_scale: float) -> dict:
 
 
 def sample_prec(state, n_samples: int) -> torch.Tensor:
-    """tau_s ~ q(tau), ``[R, n_samples]``, from torch's global generator (seeded by ``run.execute`` and in each
+    """tau_s ~ q(tau), ``[R, n_samples]``, from torch's global generator (seeded by ``execute`` and in each
     worker process)."""
     a, b = state["log_ab"][:, 0].exp(), state["log_ab"][:, 1].exp()
     return torch.distributions.Gamma(a[:, None].expand(-1, n_samples), b[:, None].expand(-1, n_samples)).sample()
