@@ -76,10 +76,11 @@ def cmd_run(overrides: list[str]) -> int:
     if err:
         _error(err)
         return EXIT_CONFIG
-    if any(o in ("-m", "--multirun") for o in overrides):
-        return _multirun(overrides)
-    from bnnbench.config import ConfigError, compose_checked
+    from bnnbench.config import ConfigError, check_overrides, compose_checked
+    flags = [o for o in overrides if o.startswith("-")]
     try:
+        if any(f in ("-m", "--multirun") for f in flags):
+            return _multirun(flags, check_overrides([o for o in overrides if not o.startswith("-")]))
         cfg = compose_checked(overrides)
     except ConfigError as e:
         _error(str(e))
@@ -87,7 +88,8 @@ def cmd_run(overrides: list[str]) -> int:
     return run_one(cfg, overrides)
 
 
-def _multirun(argv: list[str]) -> int:
+def _multirun(flags: list[str], overrides: list[str]) -> int:
+    """A Hydra sweep over the checked ``overrides`` (as ``check_overrides`` returns them)."""
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
@@ -99,7 +101,7 @@ def _multirun(argv: list[str]) -> int:
     def app(cfg):
         codes.append(run_one(cfg, list(HydraConfig.get().overrides.task)))
 
-    sys.argv = [f"{Path(sys.argv[0]).name} run", *argv]
+    sys.argv = [f"{Path(sys.argv[0]).name} run", *flags, *overrides]
     app()
     return max(codes, default=0)
 

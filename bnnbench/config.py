@@ -154,7 +154,9 @@ def check_overrides(overrides: list[str]) -> list[str]:
 
     from bnnbench.schema import SCHEMAS
     parsed = OverridesParser.create().parse_overrides(overrides)
-    choices = [o for o, p in zip(overrides, parsed) if p.key_or_group in GROUPS]
+    # the keys a sweep's groups offer are checked against its first choice of each
+    choices = [f"{p.key_or_group}={list(p.sweep_string_iterator())[0]}" if p.is_sweep_override() else o
+               for o, p in zip(overrides, parsed) if p.key_or_group in GROUPS]
     base = None
     out = []
     for text, p in zip(overrides, parsed):

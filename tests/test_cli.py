@@ -140,6 +140,19 @@ def test_cli_run_prints_summary(tmp_path):
     assert (tmp_path / "adhoc" / "map" / "uci__yacht" / "record.json").exists()
 
 
+@pytest.mark.e2e
+def test_cli_sweep_checks_and_applies_overrides_as_a_single_run_does(tmp_path):
+    p = _cli("run", "-m", "method=map,bbb", "data=uci/yacht", *TINY, "protocol.batch_size=16", f"runs_root={tmp_path}")
+    assert p.returncode == 0, p.stderr
+    for m in ("map", "bbb"):
+        rec = json.loads((tmp_path / "adhoc" / m / "uci__yacht" / "record.json").read_text())
+        assert rec["config"]["spec"]["batch_size"] == 16
+        assert sorted(q.name for q in (tmp_path / "adhoc" / m / "uci__yacht").iterdir()) == ["history.json",
+                                                                                          "record.json"]
+    p = _cli("run", "-m", "method=map,bbb", "method.nosuch=1", f"runs_root={tmp_path}")
+    assert p.returncode == 2 and "unknown key 'method.nosuch'" in p.stderr and "Traceback" not in p.stderr
+
+
 def test_cli_unknown_names_list_valid_ones(tmp_path):
     p = _cli("run", "method=slang_typo", f"runs_root={tmp_path}")
     assert p.returncode != 0 and "bbb" in p.stderr and "mc_dropout" in p.stderr
