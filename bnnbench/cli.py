@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bnnbench.config import cell_own_overrides, check_choices, experiment_spec, list_names
+from bnnbench.config import cell_label, cell_overrides, check_choices, experiment_spec, list_names
 
 RESULTS = Path("results")       # the committed report, relative to the working directory (a checkout)
 RECORDS = str(RESULTS / "runs")  # the run records that results/tables and results/figures are rendered from
@@ -107,10 +107,7 @@ def _multirun(flags: list[str], overrides: list[str]) -> int:
 
 
 def _cell_overrides(args, cell) -> list[str]:
-    cell_ov = cell_own_overrides(cell, args.runs_root)
-    return [f"experiment={args.experiment}", f"method={cell['method']}", f"data={cell['data']}",
-            f"runs_root={args.runs_root}", *([f"label={cell['label']}"] if cell.get("label") else []),
-            *cell_ov, *args.overrides]
+    return [*cell_overrides(args.experiment, cell, args.runs_root), f"runs_root={args.runs_root}", *args.overrides]
 
 
 def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], cores: int | None = None) -> str:
@@ -147,7 +144,7 @@ def cmd_reproduce(args) -> int:
     keep_label = set(args.label.split(",")) if getattr(args, "label", None) else None
     cells = [(c, _cell_overrides(args, c)) for c in spec["runs"]
              if (keep_data is None or c["data"] in keep_data)
-             and (keep_label is None or c.get("label", c["method"]) in keep_label)]
+             and (keep_label is None or cell_label(c) in keep_label)]
     waves = [[ov for c, ov in cells if not any("{runs_root}" in o for o in c.get("overrides", []))],
              [ov for c, ov in cells if any("{runs_root}" in o for o in c.get("overrides", []))]]
     jobs = int(getattr(args, "jobs", 1) or 1)

@@ -126,6 +126,23 @@ def cell_own_overrides(cell: dict, runs_root) -> list[str]:
     return [o.replace("{runs_root}", str(runs_root)) for o in cell.get("overrides", [])]
 
 
+def cell_label(cell: dict) -> str:
+    """The column (and run directory) of an experiment cell: its ``label``, else its method."""
+    return cell.get("label") or cell["method"]
+
+
+def cell_overrides(experiment: str, cell: dict, runs_root) -> list[str]:
+    """The overrides that run an experiment cell: its experiment, method, data set, label and own overrides."""
+    return [f"experiment={experiment}", f"method={cell['method']}", f"data={cell['data']}",
+            f"label={cell_label(cell)}", *cell_own_overrides(cell, runs_root)]
+
+
+def cells_in(experiment: str, label: str, slug: str) -> list[dict]:
+    """The cells of ``experiment`` whose run directory is ``<label>/<slug>``."""
+    return [c for c in experiment_spec(experiment)["runs"]
+            if cell_label(c) == label and c["data"].replace("/", "__") == slug]
+
+
 def compose_checked(overrides: list[str]):
     """``compose`` after ``check_overrides``, with every way an override can be wrong turned into a ``ConfigError``
     that says what is valid."""

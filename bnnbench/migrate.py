@@ -62,21 +62,18 @@ def migrate_resume_state(runs_root: Path, check: bool) -> tuple[int, list[str]]:
     """Resume files of unfinished cells (no record beside them) renamed to their cell's configuration hash under the
     current schema, where their name is the hash of that same configuration under schema 1."""
     from bnnbench import results
-    from bnnbench.config import cell_own_overrides, compose, experiment_spec
+    from bnnbench.config import cell_overrides, cells_in, compose
     from bnnbench.execute import resolve_run
     moved, refused = 0, []
     for d in sorted({p.parent for p in results.ResumeFiles.in_dir_tree(runs_root)}):
         if results.load_record(d) is not None:
             continue
         exp, label, slug = d.relative_to(runs_root).parts
-        cells = [c for c in experiment_spec(exp)["runs"]
-                 if (c.get("label") or c["method"]) == label and c["data"].replace("/", "__") == slug]
+        cells = cells_in(exp, label, slug)
         if len(cells) != 1:
             refused.append(f"{d}: no single cell of {exp} runs here")
             continue
-        c = cells[0]
-        overrides = [f"experiment={exp}", f"method={c['method']}", f"data={c['data']}",
-                     *([f"label={c['label']}"] if c.get("label") else []), *cell_own_overrides(c, runs_root)]
+        overrides = cell_overrides(exp, cells[0], runs_root)
         _, _, _, resolved = resolve_run(compose(overrides), overrides)
         new, old = results.config_hash(resolved), results.config_hash(schema1(resolved))
         for p in results.ResumeFiles.in_dir(d):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bnnbench.config import cell_label
 from bnnbench.results import load_record, run_dir
 
 FAST_DATASETS = ("uci/boston", "uci/concrete", "uci/energy", "uci/wine", "uci/yacht")
@@ -25,7 +26,7 @@ def is_fast(cell: dict, spec: dict | None = None) -> bool:
     on the small UCI sets, or the experiment's own ``regression_datasets`` (NNG Table 1 trains 1000 epochs per cell:
     yacht only)."""
     from bnnbench.methods import method_class
-    if spec is not None and (cell.get("label") or cell["method"]) not in (spec.get("methods") or {}):
+    if spec is not None and cell_label(cell) not in (spec.get("methods") or {}):
         return False   # not a column of the table (Vadam Figure 3(a)'s Vprop): nothing to check against
     if method_class(cell["method"]).solved:
         return cell["data"] in FAST_EXACT_DATASETS
@@ -33,7 +34,7 @@ def is_fast(cell: dict, spec: dict | None = None) -> bool:
 
 
 def main(args) -> int:
-    from bnnbench.config import cell_own_overrides, compose, experiment_spec, list_names
+    from bnnbench.config import cell_overrides, compose, experiment_spec, list_names
     from bnnbench.execute import execute
     from bnnbench.methods import method_class
     from bnnbench.reference import KEYS
@@ -50,15 +51,13 @@ def main(args) -> int:
         old = load_table(table)
         done = []
         for cell in spec["runs"]:
-            label = cell.get("label") or cell["method"]
+            label = cell_label(cell)
             src = run_dir(results / "runs", exp, label, cell["data"])
             if not is_fast(cell, spec) or load_record(src) is None:
                 continue
             hpo = [] if method_class(cell["method"]).solved else ["hpo=recorded", f"hpo.record={src}"]
-            ov = [f"experiment={exp}", f"method={cell['method']}", f"data={cell['data']}", *hpo,
-                  f"runs_root={runs_root}", "progress=false", "skip_done=false",
-                  f"label={label}",
-                  *cell_own_overrides(cell, results / "runs")]
+            ov = [*cell_overrides(exp, cell, results / "runs"), *hpo, f"runs_root={runs_root}", "progress=false",
+                  "skip_done=false"]
             print(f"== regression {exp}: {label} on {cell['data']}", flush=True)
             execute(compose(ov), ov, run_dir(runs_root, exp, label, cell["data"]))
             done.append(cell)

@@ -30,8 +30,7 @@ def test_committed_record_resolves_to_its_stored_configuration(path, env):
         f"{path.parent}: today's configs resolve differently from the record (reproduce would re-run it)")
 
 
-RESUME = sorted(p for pat in (".hpo-*.pt", ".checkpoint-*.pt", ".stage*-*.pt")
-                for p in (REPO / "results" / "runs").glob(f"*/*/*/{pat}"))
+RESUME = results.ResumeFiles.in_dir_tree(REPO / "results" / "runs")
 
 
 @pytest.mark.skipif(not MIRROR.is_dir(), reason="needs the data mirror")
@@ -39,14 +38,11 @@ RESUME = sorted(p for pat in (".hpo-*.pt", ".checkpoint-*.pt", ".stage*-*.pt")
 def test_committed_resume_state_belongs_to_an_unfinished_cell(path, env):
     """Resume state may be committed so that another machine continues a long cell, only beside no record, and only
     while it belongs to the configuration that cell resolves to today (anything else is stale)."""
-    from bnnbench.config import cell_own_overrides, experiment_spec
+    from bnnbench.config import cell_overrides, cells_in
     assert results.load_record(path.parent) is None, f"{path}: its cell's record has landed; remove it"
     exp, label, slug = path.parent.relative_to(REPO / "results" / "runs").parts
-    cell, = [c for c in experiment_spec(exp)["runs"]
-             if (c.get("label") or c["method"]) == label and c["data"].replace("/", "__") == slug]
-    overrides = [f"experiment={exp}", f"method={cell['method']}", f"data={cell['data']}",
-                 *([f"label={cell['label']}"] if cell.get("label") else []),
-                 *cell_own_overrides(cell, REPO / "results" / "runs")]
+    cell, = cells_in(exp, label, slug)
+    overrides = cell_overrides(exp, cell, REPO / "results" / "runs")
     _, _, _, resolved = resolve_run(compose(overrides), overrides)
     assert results.config_hash(resolved) in path.name, f"{path}: stale (today's cell resolves to another configuration)"
 
