@@ -23,7 +23,7 @@ from bnnbench.config import CONFIG_SCHEMA, CommandLine, ConfigError
 from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError
 from bnnbench.exact_vi import NotConvergedError
-from bnnbench.fit import FitOptions, build_method, solve_replicas
+from bnnbench.fit import FitOptions, build_method, replica_data, solve_replicas
 from bnnbench.metrics import STDERR_CONVENTION, summarise
 from bnnbench.protocol import resolve
 from bnnbench.replica_workers import fit_replicas
@@ -125,9 +125,12 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
     resumed_from = resume.describe()
     if resumed_from:
         log(f"resuming from {resumed_from} (saved in {run_dir})")
-    solved = build_method(spec, ds).solved   # the method's own requirements (task, model) are checked here
+    method = build_method(spec, ds)   # the method's own requirements (task, model) are checked here
+    solved = method.solved
     if solved:
         _check_solved(spec, cfg)
+    if method.full_batch:
+        _check_full_batch(spec, cfg, splits)
     if spec.hpo.get("kind") == "recorded":
         hparams = recorded_hparams(spec, splits)
         trace, hpo_replayed_s = [], 0.0
@@ -155,6 +158,12 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
                                                  "wall_time_s": time.perf_counter() - t0})
         resume.remove()
         raise
+    diagnostics = None
+    if res.method.diagnostics is not None and not stages:
+        diagnostics = res.method.diagnostics(res.state, replica_data(spec, ds, pairs, list(range(len(pairs))),
+                                                                     device, dtype))
+        log(f"{cfg.method.name} diagnostics{' (FLAGGED)' if diagnostics.get('flagged') else ''}: "
+            f"{diagnostics.get('summary', '')}")
     keys = [k for k in res.final if k != "train_objective"]
     per_split = [{"split": s.name, **{k: float(res.final[k][i]) for k in keys}} for i, s in enumerate(splits)]
     if spec.posterior_metrics == "logreg":
@@ -170,7 +179,8 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
               "train_time_s": res.wall_time_s,
               "train_steps": res.steps, "versions": results.versions(), "git_commit": commit,
               **({"stages": stages} if stages else {}),
-              **({"exact": res.solve_info} if res.solve_info is not None else {})}
+              **({"exact": res.solve_info} if res.solve_info is not None else {}),
+              **({"diagnostics": diagnostics} if diagnostics is not None else {})}
     history = {"epochs": res.history.epochs, "metrics": res.history.metrics, "splits": [s.name for s in splits]}
     results.write_record(run_dir, record, history=history if res.history.epochs else None)
     resume.remove()
@@ -187,6 +197,15 @@ def _check_solved(spec, cfg) -> None:
     if spec.posterior_metrics is None:
         raise ConfigError(f"{name} is solved, not trained: its metrics are its posterior's, and protocol "
                           f"{cfg.protocol.name!r} sets no posterior_metrics (valid: logreg)")
+
+
+def _check_full_batch(spec, cfg, splits) -> None:
+    """A full-batch method (HMC) needs every training row of a split in its one batch per epoch."""
+    n = max(len(s.train) for s in splits)
+    if spec.batch_size < n:
+        raise ConfigError(f"{cfg.method.name} needs full-batch gradients, but protocol {cfg.protocol.name!r} has "
+                          f"batch_size {spec.batch_size} < {n} training rows: use protocol=hmc_uci "
+                          f"(or protocol.batch_size={n})")
 
 
 def _logreg_priors(spec, ds, hparams):

@@ -70,10 +70,14 @@ def program(spec: RunSpec, ds, pairs, data_index, hparams, opts: FitOptions) -> 
     ``hparams[r]``. A solved method's data are float64 whatever ``opts.dtype``: its solutions are fitted, cached
     and compared in float64."""
     method = build_method(spec, ds)
-    data = ReplicaData.build(ds.X, ds.y, pairs, data_index, spec.normalize_x,
-                             spec.normalize_y and spec.task == "regression", device=opts.device,
-                             dtype=torch.float64 if method.solved else opts.dtype)
+    data = replica_data(spec, ds, pairs, data_index, opts.device, torch.float64 if method.solved else opts.dtype)
     return method, data, make_problem(spec, method.model, data, hparams)
+
+
+def replica_data(spec: RunSpec, ds, pairs, data_index, device, dtype) -> ReplicaData:
+    """The per-replica training and evaluation sets of ``pairs`` under the protocol's standardisation."""
+    return ReplicaData.build(ds.X, ds.y, pairs, data_index, spec.normalize_x,
+                             spec.normalize_y and spec.task == "regression", device=device, dtype=dtype)
 
 
 def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptions,

@@ -25,6 +25,7 @@ VARIANTS = {
     "vogn_ggn": ("vogn", dict(curvature="ggn")),
     "slang_rnd": ("slang", dict(rank=2, decay_lr=0.0, momentum=0.0, eig="randomized", n_iter=4, oversample=2)),
     "full_gaussian_ggn": ("full_gaussian", dict(curvature="ggn")),
+    "hmc_noise_jitter": ("hmc", dict(learn_noise=True, leapfrog_jitter=0.5, warmup=1, thin=1, keep=2)),
 }
 CASES = {**{name: (name, {}) for name in STEPPED}, **VARIANTS}
 
@@ -61,7 +62,8 @@ def test_replica_update_equals_update_alone(case):
     method = METHODS[name](method_cfg(name, **settings), model, "gaussian")
     R = 3
     state = method.init(_problem(R, model, g), g)
-    batch = Batch(x=torch.randn(R, 5, 4, generator=g, dtype=DT), y=torch.randn(R, 5, generator=g, dtype=DT),
+    B = int(state["n_data"].max()) if method.full_batch else 5   # a full-batch method sees every row (HMC)
+    batch = Batch(x=torch.randn(R, B, 4, generator=g, dtype=DT), y=torch.randn(R, B, generator=g, dtype=DT),
                   n_data=state["n_data"])
     for _ in range(3):  # a few steps so that optimiser moments are non-trivial
         noise = method.noise(state, batch, g)

@@ -88,6 +88,12 @@ class Method:
     # False where ``step`` builds no autograd graph: ``update`` then runs in inference mode (~10% less per-op
     # overhead at UCI scale), and the state it returns holds inference tensors
     needs_autograd = True
+    # True where ``step`` needs each replica's whole training set in one batch (HMC's full-batch gradients): the run
+    # then checks that protocol.batch_size covers the largest training set
+    full_batch = False
+    # optional ``diagnostics(state, data: engine.ReplicaData) -> dict``: what the method reports about its final
+    # state (HMC: acceptance, R-hat, ESS), stored under the record's "diagnostics"
+    diagnostics = None
 
     def __init__(self, cfg, model, likelihood: str):
         if isinstance(cfg, DictConfig):

@@ -1,0 +1,266 @@
+"""Hamiltonian Monte Carlo over the network's weights, C chains in every replica (Neal 2011, "MCMC using
+Hamiltonian dynamics", Handbook of Markov Chain Monte Carlo, ch. 5).
+
+The position q is the flat weight vector theta ``[P]`` or, with ``learn_noise``, (theta, z) with z = log tau the
+log noise precision; the potential is the negative log joint density on the replica's N training rows,
+
+    U(theta) = (tau / 2) sum_i (y_i - f(x_i; theta))^2 + (1/2) sum_p lambda_p theta_p^2                 (+ const),
+    U(theta, z) = (e^z / 2) sum_i (y_i - f(x_i; theta))^2 - (N/2) z + (1/2) sum_p lambda_p theta_p^2
+                  - a0 z + b0 e^z                        (tau ~ Gamma(a0, b0), the Jacobian d tau / dz = tau included),
+
+and its gradient is back-propagated in closed form (``linalg.per_example``: no autograd graph). A transition draws
+p ~ N(0, I) and takes L leapfrog steps of size eps (Neal eq. 5.18-5.20),
+
+    p <- p - (eps/2) grad U(q);   L times: q <- q + eps p,  p <- p - eps grad U(q)   (the last momentum step halved),
+
+then accepts (q', p') with probability alpha = min(1, exp(H(q, p) - H(q', p'))), H(q, p) = U(q) + p^T p / 2. With
+``leapfrog_jitter`` j, each chain draws its L uniformly from {ceil((1 - j) L_max), ..., L_max} per transition.
+
+Step size: during the first ``warmup`` transitions each chain adapts log eps by dual averaging towards the
+acceptance rate delta = ``target_accept`` (Hoffman & Gelman 2014, "The No-U-Turn Sampler", JMLR 15, sec. 3.2.1):
+
+    H_m = (1 - 1/(m + t0)) H_{m-1} + (delta - alpha_m) / (m + t0),   log eps_m = mu - sqrt(m) / gamma H_m,
+    log eps_bar_m = m^-kappa log eps_m + (1 - m^-kappa) log eps_bar_{m-1},    mu = log(10 eps_0);
+
+afterwards eps = eps_bar is frozen. After the warm-up every ``thin``-th state is kept in a ring buffer of the last
+``keep`` per chain, stored in float32 whatever the run's dtype (compact: R C K P numbers); predictions use the kept
+draws of all chains. The engine's epochs are transitions: HMC needs full-batch gradients (``full_batch``), so each
+epoch is one batch holding every training row of every replica. ``lr_scale`` has no meaning here and is ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from bnnbench import mcmc
+from bnnbench.linalg.per_example import backprop, forward_cache, sum_grads
+from bnnbench.methods.base import Batch, Method, Predictive, Problem, State, hyper_state
+from bnnbench.methods.settings import MethodConfig
+
+
+@dataclass
+class HMCConfig(MethodConfig):
+    name: str = "hmc"
+    chains: int = 4                     # C chains per replica, each from its own initial weights
+    warmup: int = 200                   # transitions of step-size adaptation (nothing kept)
+    thin: int = 1                       # keep every thin-th transition after the warm-up
+    keep: int = 100                     # draws kept per chain (the last ones, if more transitions follow)
+    leapfrog_steps: int = 20            # L (the largest L with jitter)
+    leapfrog_jitter: float = 0.0        # L ~ U{ceil((1 - j) L), ..., L} per chain and transition
+    step_size: float = 1e-3             # eps_0, where dual averaging starts
+    target_accept: float = 0.8          # delta
+    da_gamma: float = 0.05              # dual averaging's gamma, t0, kappa (Hoffman & Gelman's values)
+    da_t0: float = 10.0
+    da_kappa: float = 0.75
+    init_mean: str = "uniform_fan_in"   # each chain's theta_0: uniform_fan_in | zero
+    learn_noise: bool = False           # sample tau (Gaussian likelihood) with the weights, Gamma(a0, b0) prior
+    noise_prior_shape: float = 6.0      # a0, b0 in normalised units (the noisy natural gradient protocol's)
+    noise_prior_rate: float = 6.0
+    rhat_max: float = 1.1               # runs whose R-hat of the test predictions exceeds this are flagged
+
+
+def full_batch(batch: Batch) -> torch.Tensor:
+    """Mask ``[R, B]`` of each replica's own rows in a full batch: ``engine.epoch_batches`` with a batch of at least
+    N_max rows gives one batch per epoch whose first N_r rows are a permutation of replica r's N_r rows (then its
+    rows wrap around); the potential uses exactly those."""
+    B, n = batch.x.shape[1], batch.n_data
+    if B < int(n.max()):
+        raise ValueError(f"hmc needs full-batch gradients: a batch of {B} rows, a training set of {int(n.max())} "
+                         "(protocol.batch_size must be at least the training-set size; protocol=hmc_uci)")
+    return torch.arange(B, device=n.device)[None, :] < n[:, None]
+
+
+class HMC(Method):
+    name = "hmc"
+    Config = HMCConfig
+    full_batch = True
+    needs_autograd = False
+
+    def learns_noise(self) -> bool:
+        return self.likelihood == "gaussian" and bool(self.cfg.learn_noise)
+
+    def init(self, problem: Problem, generator: torch.Generator) -> State:
+        if self.likelihood != "gaussian":
+            raise ValueError(f"hmc has a Gaussian likelihood's potential only, not {self.likelihood!r}")
+        cfg, R, C = self.cfg, problem.n_replicas, int(self.cfg.chains)
+        lam = problem.prior_prec
+        theta = self.model.init(R * C, generator, cfg.init_mean, device=lam.device, dtype=lam.dtype)
+        log_eps = torch.full((R, C), math.log(float(cfg.step_size)), device=lam.device, dtype=lam.dtype)
+        K, P = int(cfg.keep), self.model.n_params
+        state = {**hyper_state(problem), "theta": theta.reshape(R, C, P), "log_eps": log_eps,
+                 "log_eps_bar": torch.zeros_like(log_eps), "h_bar": torch.zeros_like(log_eps),
+                 "accept_sum": torch.zeros_like(log_eps), "t": torch.zeros(R, dtype=torch.long, device=lam.device),
+                 "n_kept": torch.zeros(R, dtype=torch.long, device=lam.device),
+                 "samples": torch.zeros(R, C, K, P, device=lam.device, dtype=torch.float32)}
+        if self.learns_noise():
+            prior_mean = float(cfg.noise_prior_shape) / float(cfg.noise_prior_rate)
+            state["log_tau"] = torch.full_like(log_eps, math.log(prior_mean))
+            state["tau_samples"] = torch.zeros(R, C, K, device=lam.device, dtype=torch.float32)
+        return state
+
+    def position(self, state: State) -> torch.Tensor:
+        """q ``[R, C, D]``: theta, and z = log tau as the last coordinate when the noise is learned."""
+        if "log_tau" in state:
+            return torch.cat([state["theta"], state["log_tau"].unsqueeze(-1)], -1)
+        return state["theta"]
+
+    def potential(self, state: State, q: torch.Tensor, batch: Batch, mask: torch.Tensor):
+        """U(q) ``[R, C]`` and grad U(q) ``[R, C, D]`` on each replica's own rows (module docstring)."""
+        P = self.model.n_params
+        theta, lam = q[..., :P], state["prior_prec"].unsqueeze(1)
+        layers = list(self.model.layers(theta))
+        f, acts, zs = forward_cache(self.model, layers, batch.x)
+        r = (f[..., 0] - batch.y.unsqueeze(1)) * mask.unsqueeze(1).to(f.dtype)      # [R, C, B]
+        sse = (r * r).sum(-1)
+        tau = q[..., P].exp() if q.shape[-1] > P else state["noise_prec"].unsqueeze(1).expand_as(sse)
+        gs = backprop(self.model, layers, acts, zs, (tau.unsqueeze(-1) * r).unsqueeze(-1))
+        lam_theta = lam * theta
+        grad = sum_grads(self.model, acts, gs) + lam_theta
+        U = 0.5 * tau * sse + 0.5 * (lam_theta * theta).sum(-1)
+        if q.shape[-1] > P:
+            a0, b0 = float(self.cfg.noise_prior_shape), float(self.cfg.noise_prior_rate)
+            half_n = 0.5 * state["n_data"].to(q.dtype).unsqueeze(1)
+            z = q[..., P]
+            U = U - (half_n + a0) * z + b0 * tau
+            grad = torch.cat([grad, (0.5 * tau * sse - half_n - a0 + b0 * tau).unsqueeze(-1)], -1)
+        return U, grad
+
+    def noise(self, state, batch, generator):
+        """(momenta p ``[R, C, D]``, log u ``[R, C]`` of the accept test, leapfrog steps L ``[R, C]``)."""
+        q = self.position(state)
+        R, C, D = q.shape
+        p = torch.randn(R, C, D, generator=generator, device=q.device, dtype=q.dtype)
+        log_u = torch.rand(R, C, generator=generator, device=q.device, dtype=q.dtype).log()
+        L = int(self.cfg.leapfrog_steps)
+        lo = max(1, math.ceil((1 - float(self.cfg.leapfrog_jitter)) * L))
+        steps = torch.randint(lo, L + 1, (R, C), generator=generator, device=q.device) if lo < L else \
+            torch.full((R, C), L, device=q.device)
+        return p, log_u, steps
+
+    def leapfrog(self, state, q, p, grad, eps, steps, batch, mask):
+        """L = ``steps`` leapfrog steps of size ``eps`` ``[R, C, 1]`` per chain from (q, p) with grad U(q) = ``grad``;
+        chains with fewer steps than the longest stay where they stopped. Returns (q, p, U(q))."""
+        p = p - (0.5 * eps) * grad
+        U = None
+        n_max = int(steps.max())
+        uniform = int(steps.min()) == n_max     # every chain takes all steps: no masks
+        for l in range(n_max):
+            if uniform:
+                q = q + eps * p
+            else:
+                active = (steps > l).unsqueeze(-1)
+                q = torch.where(active, q + eps * p, q)
+            U, grad = self.potential(state, q, batch, mask)
+            if uniform:
+                p = p - ((0.5 * eps) if l == n_max - 1 else eps) * grad
+            else:
+                coef = torch.where((steps == l + 1).unsqueeze(-1), 0.5 * eps, eps)
+                p = torch.where(active, p - coef * grad, p)
+        return q, p, U
+
+    def step(self, state, batch, noise, lr_scale=1.0):
+        p0, log_u, steps = noise
+        cfg = self.cfg
+        mask = full_batch(batch)
+        q0 = self.position(state)
+        U0, g0 = self.potential(state, q0, batch, mask)
+        t = state["t"]
+        warm = (t < int(cfg.warmup)).unsqueeze(1)                                     # [R, 1]
+        log_eps = torch.where(warm, state["log_eps"], state["log_eps_bar"])
+        q1, p1, U1 = self.leapfrog(state, q0, p0, g0, log_eps.exp().unsqueeze(-1), steps, batch, mask)
+        dH = (U0 + 0.5 * (p0 * p0).sum(-1)) - (U1 + 0.5 * (p1 * p1).sum(-1))
+        log_alpha = torch.nan_to_num(dH, nan=-math.inf).clamp(max=0.0)               # a non-finite H: rejected
+        alpha = log_alpha.exp()
+        accept = log_u < log_alpha
+        q = torch.where(accept.unsqueeze(-1), q1, q0)
+        U = torch.where(accept, U1, U0)
+
+        m = (t + 1).to(q.dtype).unsqueeze(1)                                          # dual averaging, m = 1, 2, ...
+        eta = 1.0 / (m + float(cfg.da_t0))
+        h_bar = (1 - eta) * state["h_bar"] + eta * (float(cfg.target_accept) - alpha)
+        log_eps_m = math.log(10 * float(cfg.step_size)) - m.sqrt() / float(cfg.da_gamma) * h_bar
+        w = m ** -float(cfg.da_kappa)
+        log_eps_bar = w * log_eps_m + (1 - w) * state["log_eps_bar"]
+
+        P = self.model.n_params
+        new = {**state, "theta": q[..., :P], "t": t + 1,
+               "h_bar": torch.where(warm, h_bar, state["h_bar"]),
+               "log_eps": torch.where(warm, log_eps_m, state["log_eps"]),
+               "log_eps_bar": torch.where(warm, log_eps_bar, state["log_eps_bar"]),
+               "accept_sum": state["accept_sum"] + torch.where(warm, torch.zeros_like(alpha), alpha)}
+        if q.shape[-1] > P:
+            new["log_tau"] = q[..., P]
+        # the replicas move in lock step: one transition count for all
+        after = int(t[0]) + 1 - int(cfg.warmup)
+        if after > 0 and after % int(cfg.thin) == 0:
+            n_kept = state["n_kept"]
+            slot = torch.remainder(n_kept[:1], int(cfg.keep))
+            new["samples"] = state["samples"].index_copy(2, slot, q[..., :P].unsqueeze(2).float())
+            if "tau_samples" in state:
+                new["tau_samples"] = state["tau_samples"].index_copy(2, slot, q[..., P:].exp().float())
+            new["n_kept"] = n_kept + 1
+        n = state["n_data"].to(U.dtype)
+        return new, {"objective": U.mean(1) / n, "accept": alpha.mean(1)}
+
+    def kept(self, state: State):
+        """The kept draws in the order they were kept: theta ``[R, C, k, P]`` (the state's dtype) and tau
+        ``[R, C, k]`` (or ``None`` for a fixed noise precision); before any is kept, the chains' current states."""
+        k, K = int(state["n_kept"][0]), state["samples"].shape[2]
+        dt = state["prior_prec"].dtype
+        if k == 0:
+            tau = state["log_tau"].exp().unsqueeze(-1) if "log_tau" in state else None
+            return state["theta"].unsqueeze(2), tau
+        order = torch.arange(k - min(k, K), k, device=state["samples"].device) % K
+        theta = state["samples"].index_select(2, order).to(dt)
+        tau = state["tau_samples"].index_select(2, order).to(dt) if "tau_samples" in state else None
+        return theta, tau
+
+    def predict(self, state, x, n_samples, generator):
+        """Outputs of S = min(``n_samples``, C k) kept draws of all chains, evenly spaced over them."""
+        theta, tau = self.kept(state)
+        R, C, k, P = theta.shape
+        theta = theta.reshape(R, C * k, P)
+        if n_samples < C * k:
+            pick = torch.linspace(0, C * k - 1, n_samples, device=theta.device).round().long()
+            theta = theta.index_select(1, pick)
+            tau = None if tau is None else tau.reshape(R, C * k).index_select(1, pick)
+        elif tau is not None:
+            tau = tau.reshape(R, C * k)
+        f = self.model.forward(theta, x)
+        return Predictive(f=f, noise_prec=state["noise_prec"] if tau is None else tau)
+
+    def diagnostics(self, state: State, data) -> dict:
+        """Acceptance rate and step size per chain, and the rank-normalised split R-hat and bulk ESS (``mcmc``) over
+        the C chains of the test predictions: f(x_t) (whose mean is the predictive mean) and f(x_t)^2 + 1/tau
+        (whose mean minus the squared predictive mean is the predictive variance), their largest R-hat and smallest
+        ESS over the test points, per replica (``data``: ``engine.ReplicaData``); the run is flagged when an R-hat
+        exceeds ``rhat_max``."""
+        theta, tau = self.kept(state)
+        R, C, k, P = theta.shape
+        n_after = (state["t"] - int(self.cfg.warmup)).clamp_min(1).to(state["accept_sum"].dtype)
+        out = {"chains": C, "kept_per_chain": k,
+               "acceptance_rate": (state["accept_sum"] / n_after[:, None]).tolist(),
+               "step_size": state["log_eps_bar"].exp().tolist(), "rhat_threshold": float(self.cfg.rhat_max)}
+        if k < 4:
+            return {**out, "flagged": True, "summary": f"only {k} draws kept per chain: no R-hat"}
+        u = data.data_index
+        with torch.no_grad():
+            f = self.model.forward(theta.reshape(R, C * k, P), data.x_eval[u])[..., 0]  # [R, C k, T]
+        f = f.reshape(R, C, k, -1).permute(0, 3, 1, 2).double().cpu().numpy()         # [R, T, C, k]
+        inv_tau = (1 / state["noise_prec"]).reshape(R, 1, 1, 1) if tau is None else 1 / tau.unsqueeze(1)
+        second = f * f + inv_tau.double().cpu().numpy()
+        valid = data.eval_mask[u].cpu().numpy()                                        # [R, T]
+        for name, draws in (("mean", f), ("var", second)):
+            rh, es = mcmc.rhat(draws), mcmc.ess_bulk(draws)
+            out[f"rhat_{name}_max"] = np.where(valid, rh, -np.inf).max(1).tolist()
+            out[f"ess_bulk_{name}_min"] = np.where(valid, es, np.inf).min(1).tolist()
+        worst = max(max(out["rhat_mean_max"]), max(out["rhat_var_max"]))
+        out["flagged"] = bool(worst > float(self.cfg.rhat_max))
+        out["summary"] = (f"R-hat of the test predictions <= {worst:.3f} (threshold {float(self.cfg.rhat_max)}), "
+                          f"bulk ESS >= {min(min(out['ess_bulk_mean_min']), min(out['ess_bulk_var_min'])):.0f} "
+                          f"of {C * k} draws, acceptance {float(state['accept_sum'].sum() / n_after.sum() / C):.2f}")
+        return out
