@@ -48,6 +48,7 @@ bench:  ## performance benchmarks (ratios measured in one run)
 	$(PY) bench/uci_run_times.py
 	$(PY) bench/logreg_table1.py
 	$(PY) bench/threads_contention.py
+	$(PY) bench/hmc_leapfrog.py
 
 regression:  ## CI: re-run the fast cells at the paper protocol, fail if a reproduced cell moved
 	$(BNN) regression --results results --runs-root $${TMPDIR:-/tmp}/bnnbench-regression

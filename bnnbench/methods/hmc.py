@@ -8,7 +8,7 @@ log noise precision; the potential is the negative log joint density on the repl
     U(theta, z) = (e^z / 2) sum_i (y_i - f(x_i; theta))^2 - (N/2) z + (1/2) sum_p lambda_p theta_p^2
                   - a0 z + b0 e^z                        (tau ~ Gamma(a0, b0), the Jacobian d tau / dz = tau included),
 
-and its gradient is back-propagated in closed form (``linalg.per_example``: no autograd graph). A transition draws
+and its gradient is back-propagated in closed form (``linalg.full_batch``: no autograd graph). A transition draws
 p ~ N(0, I) and takes L leapfrog steps of size eps (Neal eq. 5.18-5.20),
 
     p <- p - (eps/2) grad U(q);   L times: q <- q + eps p,  p <- p - eps grad U(q)   (the last momentum step halved),
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from bnnbench import mcmc
-from bnnbench.linalg.per_example import backprop, forward_cache, sum_grads
+from bnnbench.linalg.full_batch import gaussian_energy_grad
 from bnnbench.methods.base import Batch, Method, Predictive, Problem, State, hyper_state
 from bnnbench.methods.settings import MethodConfig
 
@@ -112,15 +112,11 @@ class HMC(Method):
         """U(q) ``[R, C]`` and grad U(q) ``[R, C, D]`` on each replica's own rows (module docstring)."""
         P = self.model.n_params
         theta, lam = q[..., :P], state["prior_prec"].unsqueeze(1)
-        layers = list(self.model.layers(theta))
-        f, acts, zs = forward_cache(self.model, layers, batch.x)
-        r = (f[..., 0] - batch.y.unsqueeze(1)) * mask.unsqueeze(1).to(f.dtype)      # [R, C, B]
-        sse = (r * r).sum(-1)
-        tau = q[..., P].exp() if q.shape[-1] > P else state["noise_prec"].unsqueeze(1).expand_as(sse)
-        gs = backprop(self.model, layers, acts, zs, (tau.unsqueeze(-1) * r).unsqueeze(-1))
+        tau = q[..., P].exp() if q.shape[-1] > P else state["noise_prec"].unsqueeze(1).expand(q.shape[:2])
+        U, grad, sse = gaussian_energy_grad(self.model, theta, batch.x, batch.y, mask, tau)
         lam_theta = lam * theta
-        grad = sum_grads(self.model, acts, gs) + lam_theta
-        U = 0.5 * tau * sse + 0.5 * (lam_theta * theta).sum(-1)
+        grad = grad + lam_theta
+        U = U + 0.5 * (lam_theta * theta).sum(-1)
         if q.shape[-1] > P:
             a0, b0 = float(self.cfg.noise_prior_shape), float(self.cfg.noise_prior_rate)
             half_n = 0.5 * state["n_data"].to(q.dtype).unsqueeze(1)
