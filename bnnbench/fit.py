@@ -86,7 +86,9 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptio
     stage) with this data's sizes and priors."""
     method, data, problem = program(spec, ds, pairs, data_index, hparams, opts)
     state = method.init(problem, generator) if init_state is None else {**init_state, **hyper_state(problem)}
-    return train(method, state, data, epochs=opts.epochs or spec.epochs, batch_size=spec.batch_size,
+    # a full-batch method (HMC) takes each training set whole: a protocol batch at least that large is one batch
+    batch_size = min(spec.batch_size, int(data.n_train.max())) if method.full_batch else spec.batch_size
+    return train(method, state, data, epochs=opts.epochs or spec.epochs, batch_size=batch_size,
                  lr_drop=spec.lr_drop, eval_samples=opts.eval_samples or spec.eval_samples,
                  eval_samples_final=opts.eval_samples_final, generator=generator, task=spec.task,
                  eval_every=opts.eval_every, stop_on_divergence=opts.stop_on_divergence, progress=opts.progress,
