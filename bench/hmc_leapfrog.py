@@ -59,7 +59,7 @@ def main():
 
     def leapfrog():
         with torch.inference_mode():
-            method.leapfrog(state, q, p, grad, eps, steps, batch, mask)
+            method.leapfrog(state, q, p, grad, eps, steps, batch, mask, state["inv_mass"].unsqueeze(1))
 
     lam, tau = state["prior_prec"], state["noise_prec"]
 

@@ -40,9 +40,11 @@ def _var_plus(x: np.ndarray):
 
 
 def split_rhat(x: np.ndarray) -> np.ndarray:
-    """Split R-hat (BDA3) of draws ``[..., M, n]``, per quantity ``[...]``."""
+    """Split R-hat (BDA3) of draws ``[..., M, n]``, per quantity ``[...]``: inf where no chain moved but they differ
+    (W = 0), nan where all draws are equal."""
     var_plus, W = _var_plus(split_chains(x))
-    return np.sqrt(var_plus / W)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.sqrt(var_plus / W)
 
 
 def rank_normalise(x: np.ndarray) -> np.ndarray:
@@ -77,7 +79,8 @@ def ess(x: np.ndarray) -> np.ndarray:
     m, n = y.shape[-2:]
     var_plus, W = _var_plus(y)
     gamma = autocovariance(y).mean(axis=-2)                    # [..., n], averaged over chains
-    rho = 1 - (W[..., None] - gamma) / var_plus[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = 1 - (W[..., None] - gamma) / var_plus[..., None]
     rho[..., 0] = 1.0
     n_pairs = n // 2
     P = rho[..., 0:2 * n_pairs:2] + rho[..., 1:2 * n_pairs:2]  # [..., n_pairs]

@@ -157,12 +157,12 @@ def test_dual_averaging_reaches_the_target_acceptance(target):
     model = MLP([3, 1])
     M, gamma, t0 = 3000, 0.05, 10.0
     method = hmc(model, chains=3, warmup=M, keep=1, leapfrog_steps=1, target_accept=target, step_size=1.0,
-                 da_gamma=gamma, da_t0=t0)
+                 da_gamma=gamma, da_t0=t0, adapt_mass=False)
     c = torch.tensor([[0.1, 1.0, 50.0]], dtype=DT)
 
-    def leapfrog(state, q, p, grad, eps, steps, batch, mask):
+    def leapfrog(state, q, p, grad, eps, steps, batch, mask, inv_mass):
         U = method.potential(state, q, batch, mask)[0]
-        scale = (1 + 2 * c * eps[..., 0] ** 2 / (p * p).sum(-1)).sqrt()
+        scale = (1 + 2 * c * eps[..., 0] ** 2 / (inv_mass * p * p).sum(-1)).sqrt()
         return q, p * scale.unsqueeze(-1), U
 
     method.leapfrog = leapfrog

@@ -25,7 +25,7 @@ VARIANTS = {
     "vogn_ggn": ("vogn", dict(curvature="ggn")),
     "slang_rnd": ("slang", dict(rank=2, decay_lr=0.0, momentum=0.0, eig="randomized", n_iter=4, oversample=2)),
     "full_gaussian_ggn": ("full_gaussian", dict(curvature="ggn")),
-    "hmc_noise_jitter": ("hmc", dict(learn_noise=True, leapfrog_jitter=0.5, warmup=1, thin=1, keep=2)),
+    "hmc_noise_jitter": ("hmc", dict(learn_noise=True, leapfrog_jitter=0.5, warmup=2, thin=1, keep=2)),
 }
 CASES = {**{name: (name, {}) for name in STEPPED}, **VARIANTS}
 

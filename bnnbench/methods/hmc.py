@@ -9,12 +9,13 @@ log noise precision; the potential is the negative log joint density on the repl
                   - a0 z + b0 e^z                        (tau ~ Gamma(a0, b0), the Jacobian d tau / dz = tau included),
 
 and its gradient is back-propagated in closed form (``linalg.full_batch``: no autograd graph). A transition draws
-p ~ N(0, I) and takes L leapfrog steps of size eps (Neal eq. 5.18-5.20),
+p ~ N(0, M), M = diag(m) the mass matrix, and takes L leapfrog steps of size eps (Neal eq. 5.18-5.20),
 
-    p <- p - (eps/2) grad U(q);   L times: q <- q + eps p,  p <- p - eps grad U(q)   (the last momentum step halved),
+    p <- p - (eps/2) grad U(q);   L times: q <- q + eps M^-1 p,  p <- p - eps grad U(q)   (the last momentum step
+    halved),
 
-then accepts (q', p') with probability alpha = min(1, exp(H(q, p) - H(q', p'))), H(q, p) = U(q) + p^T p / 2. With
-``leapfrog_jitter`` j, each chain draws its L uniformly from {ceil((1 - j) L_max), ..., L_max} per transition.
+then accepts (q', p') with probability alpha = min(1, exp(H(q, p) - H(q', p'))), H(q, p) = U(q) + p^T M^-1 p / 2.
+With ``leapfrog_jitter`` j, each chain draws its L uniformly from {ceil((1 - j) L_max), ..., L_max} per transition.
 
 Step size: during the first ``warmup`` transitions each chain adapts log eps by dual averaging towards the
 acceptance rate delta = ``target_accept`` (Hoffman & Gelman 2014, "The No-U-Turn Sampler", JMLR 15, sec. 3.2.1):
@@ -22,10 +23,12 @@ acceptance rate delta = ``target_accept`` (Hoffman & Gelman 2014, "The No-U-Turn
     H_m = (1 - 1/(m + t0)) H_{m-1} + (delta - alpha_m) / (m + t0),   log eps_m = mu - sqrt(m) / gamma H_m,
     log eps_bar_m = m^-kappa log eps_m + (1 - m^-kappa) log eps_bar_{m-1},    mu = log(10 eps_0);
 
-afterwards eps = eps_bar is frozen. After the warm-up every ``thin``-th state is kept in a ring buffer of the last
-``keep`` per chain, stored in float32 whatever the run's dtype (compact: R C K P numbers); predictions use the kept
-draws of all chains. The engine's epochs are transitions: HMC needs full-batch gradients (``full_batch``), so each
-epoch is one batch holding every training row of every replica. ``lr_scale`` has no meaning here and is ignored.
+afterwards eps = eps_bar is frozen. With ``adapt_mass``, M^-1 is the identity at first and then, as in Stan, the
+regularised variances of each coordinate's draws in windows of the warm-up (``HMC.adapt``). After the warm-up every
+``thin``-th state is kept in a ring buffer of the last ``keep`` per chain, stored in float32 whatever the run's dtype
+(compact: R C K P numbers); predictions use the kept draws of all chains. The engine's epochs are transitions: HMC
+needs full-batch gradients (``full_batch``), so each epoch is one batch holding every training row of every
+replica. ``lr_scale`` has no meaning here and is ignored.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class HMCConfig(MethodConfig):
     da_gamma: float = 0.05              # dual averaging's gamma, t0, kappa (Hoffman & Gelman's values)
     da_t0: float = 10.0
     da_kappa: float = 0.75
+    adapt_mass: bool = True             # diagonal mass matrix from the warm-up's draws (Stan's windows)
     init_mean: str = "uniform_fan_in"   # each chain's theta_0: uniform_fan_in | zero
     learn_noise: bool = False           # sample tau (Gaussian likelihood) with the weights, Gamma(a0, b0) prior
     noise_prior_shape: float = 6.0      # a0, b0 in normalised units (the noisy natural gradient protocol's)
@@ -72,6 +76,23 @@ def full_batch(batch: Batch) -> torch.Tensor:
         raise ValueError(f"hmc needs full-batch gradients: a batch of {B} rows, a training set of {int(n.max())} "
                          "(protocol.batch_size must be at least the training-set size; protocol=hmc_uci)")
     return torch.arange(B, device=n.device)[None, :] < n[:, None]
+
+
+def mass_windows(warmup: int) -> tuple[int, list[int]]:
+    """Stan's warm-up windows: a fast interval of 75 transitions, slow windows of 25, 50, 100, ... transitions (the
+    last stretched to the terminal fast interval) whose draws set the mass matrix, then 50 fast transitions (15%,
+    75%, 10% of a warm-up shorter than 150). Returns (the first slow window's start, the windows' ends), in
+    transitions counted from 1."""
+    init, term, base = 75, 50, 25
+    if init + term + base > warmup:
+        init, term = int(0.15 * warmup), int(0.1 * warmup)
+        base = warmup - init - term
+    end_slow, start, size, ends = warmup - term, init, base, []
+    while start < end_slow:
+        end = start + size if start + 3 * size <= end_slow else end_slow
+        ends.append(end)
+        start, size = end, 2 * size
+    return init, ends or [0]
 
 
 class HMC(Method):
@@ -95,11 +116,18 @@ class HMC(Method):
                  "log_eps_bar": torch.zeros_like(log_eps), "h_bar": torch.zeros_like(log_eps),
                  "accept_sum": torch.zeros_like(log_eps), "t": torch.zeros(R, dtype=torch.long, device=lam.device),
                  "n_kept": torch.zeros(R, dtype=torch.long, device=lam.device),
-                 "samples": torch.zeros(R, C, K, P, device=lam.device, dtype=torch.float32)}
+                 "samples": torch.zeros(R, C, K, P, device=lam.device, dtype=torch.float32),
+                 "da_m": torch.zeros(R, dtype=torch.long, device=lam.device),
+                 "mu": torch.full_like(log_eps, math.log(10 * float(cfg.step_size)))}
         if self.learns_noise():
             prior_mean = float(cfg.noise_prior_shape) / float(cfg.noise_prior_rate)
             state["log_tau"] = torch.full_like(log_eps, math.log(prior_mean))
             state["tau_samples"] = torch.zeros(R, C, K, device=lam.device, dtype=torch.float32)
+        D = P + int(self.learns_noise())
+        state.update(inv_mass=torch.ones(R, D, device=lam.device, dtype=lam.dtype),
+                     mass_n=torch.zeros(R, device=lam.device, dtype=lam.dtype),
+                     mass_mean=torch.zeros(R, D, device=lam.device, dtype=lam.dtype),
+                     mass_m2=torch.zeros(R, D, device=lam.device, dtype=lam.dtype))
         return state
 
     def position(self, state: State) -> torch.Tensor:
@@ -126,7 +154,8 @@ class HMC(Method):
         return U, grad
 
     def noise(self, state, batch, generator):
-        """(momenta p ``[R, C, D]``, log u ``[R, C]`` of the accept test, leapfrog steps L ``[R, C]``)."""
+        """(standard normal draws ``[R, C, D]`` of the momenta, log u ``[R, C]`` of the accept test, leapfrog steps L
+        ``[R, C]``)."""
         q = self.position(state)
         R, C, D = q.shape
         p = torch.randn(R, C, D, generator=generator, device=q.device, dtype=q.dtype)
@@ -137,19 +166,21 @@ class HMC(Method):
             torch.full((R, C), L, device=q.device)
         return p, log_u, steps
 
-    def leapfrog(self, state, q, p, grad, eps, steps, batch, mask):
-        """L = ``steps`` leapfrog steps of size ``eps`` ``[R, C, 1]`` per chain from (q, p) with grad U(q) = ``grad``;
-        chains with fewer steps than the longest stay where they stopped. Returns (q, p, U(q))."""
+    def leapfrog(self, state, q, p, grad, eps, steps, batch, mask, inv_mass):
+        """L = ``steps`` leapfrog steps of size ``eps`` ``[R, C, 1]`` per chain from (q, p) with grad U(q) = ``grad``
+        and the kinetic energy p^T M^-1 p / 2, M^-1 = diag(``inv_mass`` ``[R, 1, D]``); chains with fewer steps than
+        the longest stay where they stopped. Returns (q, p, U(q))."""
         p = p - (0.5 * eps) * grad
         U = None
         n_max = int(steps.max())
         uniform = int(steps.min()) == n_max     # every chain takes all steps: no masks
+        eps_m = eps * inv_mass
         for l in range(n_max):
             if uniform:
-                q = q + eps * p
+                q = q + eps_m * p
             else:
                 active = (steps > l).unsqueeze(-1)
-                q = torch.where(active, q + eps * p, q)
+                q = torch.where(active, q + eps_m * p, q)
             U, grad = self.potential(state, q, batch, mask)
             if uniform:
                 p = p - ((0.5 * eps) if l == n_max - 1 else eps) * grad
@@ -159,39 +190,33 @@ class HMC(Method):
         return q, p, U
 
     def step(self, state, batch, noise, lr_scale=1.0):
-        p0, log_u, steps = noise
+        z, log_u, steps = noise
         cfg = self.cfg
         mask = full_batch(batch)
         q0 = self.position(state)
+        inv_mass = state["inv_mass"].unsqueeze(1)                                     # [R, 1, D]
+        p0 = z * inv_mass.rsqrt()                                                     # p ~ N(0, M)
         U0, g0 = self.potential(state, q0, batch, mask)
-        t = state["t"]
-        warm = (t < int(cfg.warmup)).unsqueeze(1)                                     # [R, 1]
-        log_eps = torch.where(warm, state["log_eps"], state["log_eps_bar"])
-        q1, p1, U1 = self.leapfrog(state, q0, p0, g0, log_eps.exp().unsqueeze(-1), steps, batch, mask)
-        dH = (U0 + 0.5 * (p0 * p0).sum(-1)) - (U1 + 0.5 * (p1 * p1).sum(-1))
+        n = int(state["t"][0])           # transitions so far: the replicas move in lock step
+        warm = n < int(cfg.warmup)
+        log_eps = state["log_eps"] if warm else state["log_eps_bar"]
+        q1, p1, U1 = self.leapfrog(state, q0, p0, g0, log_eps.exp().unsqueeze(-1), steps, batch, mask, inv_mass)
+        dH = (U0 + 0.5 * (inv_mass * p0 * p0).sum(-1)) - (U1 + 0.5 * (inv_mass * p1 * p1).sum(-1))
         log_alpha = torch.nan_to_num(dH, nan=-math.inf).clamp(max=0.0)               # a non-finite H: rejected
         alpha = log_alpha.exp()
         accept = log_u < log_alpha
         q = torch.where(accept.unsqueeze(-1), q1, q0)
         U = torch.where(accept, U1, U0)
 
-        m = (t + 1).to(q.dtype).unsqueeze(1)                                          # dual averaging, m = 1, 2, ...
-        eta = 1.0 / (m + float(cfg.da_t0))
-        h_bar = (1 - eta) * state["h_bar"] + eta * (float(cfg.target_accept) - alpha)
-        log_eps_m = math.log(10 * float(cfg.step_size)) - m.sqrt() / float(cfg.da_gamma) * h_bar
-        w = m ** -float(cfg.da_kappa)
-        log_eps_bar = w * log_eps_m + (1 - w) * state["log_eps_bar"]
-
         P = self.model.n_params
-        new = {**state, "theta": q[..., :P], "t": t + 1,
-               "h_bar": torch.where(warm, h_bar, state["h_bar"]),
-               "log_eps": torch.where(warm, log_eps_m, state["log_eps"]),
-               "log_eps_bar": torch.where(warm, log_eps_bar, state["log_eps_bar"]),
-               "accept_sum": state["accept_sum"] + torch.where(warm, torch.zeros_like(alpha), alpha)}
+        new = {**state, "theta": q[..., :P], "t": state["t"] + 1}
         if q.shape[-1] > P:
             new["log_tau"] = q[..., P]
-        # the replicas move in lock step: one transition count for all
-        after = int(t[0]) + 1 - int(cfg.warmup)
+        if warm:
+            new.update(self.adapt(state, q, alpha, n + 1))
+        else:
+            new["accept_sum"] = state["accept_sum"] + alpha
+        after = n + 1 - int(cfg.warmup)
         if after > 0 and after % int(cfg.thin) == 0:
             n_kept = state["n_kept"]
             slot = torch.remainder(n_kept[:1], int(cfg.keep))
@@ -199,8 +224,42 @@ class HMC(Method):
             if "tau_samples" in state:
                 new["tau_samples"] = state["tau_samples"].index_copy(2, slot, q[..., P:].exp().float())
             new["n_kept"] = n_kept + 1
-        n = state["n_data"].to(U.dtype)
-        return new, {"objective": U.mean(1) / n, "accept": alpha.mean(1)}
+        return new, {"objective": U.mean(1) / state["n_data"].to(U.dtype), "accept": alpha.mean(1)}
+
+    def adapt(self, state: State, q: torch.Tensor, alpha: torch.Tensor, m_total: int) -> dict:
+        """The warm-up's updates after transition ``m_total``: dual averaging of log eps (module docstring), and with
+        ``adapt_mass`` the diagonal M^-1 as Stan sets it (Stan Reference Manual, "HMC algorithm parameters"): the
+        variances of the draws of each slow window (``mass_windows``), pooled over the replica's chains and shrunk,
+        (n / (n + 5)) var + 10^-3 (5 / (n + 5)); at each window's end dual averaging restarts at mu = log(10 eps)."""
+        cfg = self.cfg
+        da_m = state["da_m"] + 1
+        m = da_m.to(q.dtype).unsqueeze(1)
+        eta = 1.0 / (m + float(cfg.da_t0))
+        h_bar = (1 - eta) * state["h_bar"] + eta * (float(cfg.target_accept) - alpha)
+        log_eps = state["mu"] - m.sqrt() / float(cfg.da_gamma) * h_bar
+        w = m ** -float(cfg.da_kappa)
+        out = {"da_m": da_m, "h_bar": h_bar, "log_eps": log_eps,
+               "log_eps_bar": w * log_eps + (1 - w) * state["log_eps_bar"]}
+        if not cfg.adapt_mass:
+            return out
+        start, ends = mass_windows(int(cfg.warmup))
+        if not start < m_total <= ends[-1]:
+            return out
+        # the chains' draws merged into the running mean and sum of squares (Chan et al.'s pairwise update)
+        n_a, C = state["mass_n"].unsqueeze(1), q.shape[1]
+        mean_b = q.mean(1)
+        delta = mean_b - state["mass_mean"]
+        n = n_a + C
+        mean = state["mass_mean"] + delta * (C / n)
+        m2 = state["mass_m2"] + (q - mean_b.unsqueeze(1)).square().sum(1) + delta.square() * (n_a * C / n)
+        out.update(mass_n=n[:, 0], mass_mean=mean, mass_m2=m2)
+        if m_total in ends:
+            var = m2 / (n - 1).clamp_min(1)
+            out.update(inv_mass=n / (n + 5) * var + 1e-3 * 5 / (n + 5), mass_n=torch.zeros_like(n[:, 0]),
+                       mass_mean=torch.zeros_like(mean), mass_m2=torch.zeros_like(m2), da_m=torch.zeros_like(da_m),
+                       h_bar=torch.zeros_like(h_bar), log_eps_bar=torch.zeros_like(h_bar),
+                       mu=math.log(10) + log_eps)
+        return out
 
     def kept(self, state: State):
         """The kept draws in the order they were kept: theta ``[R, C, k, P]`` (the state's dtype) and tau
