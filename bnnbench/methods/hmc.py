@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from bnnbench import mcmc
+from bnnbench.config import ConfigError
 from bnnbench.linalg.full_batch import gaussian_energy_grad
 from bnnbench.methods.base import Batch, Method, Predictive, Problem, State, hyper_state
 from bnnbench.methods.settings import MethodConfig
@@ -100,6 +101,18 @@ class HMC(Method):
     Config = HMCConfig
     full_batch = True
     needs_autograd = False
+
+    def __init__(self, cfg, model, likelihood: str):
+        super().__init__(cfg, model, likelihood)
+        c = self.cfg
+        for k in ("chains", "thin", "keep", "leapfrog_steps"):
+            if not (isinstance(c[k], int) and c[k] >= 1):
+                raise ConfigError(f"method.{k} must be an integer >= 1, got {c[k]!r}")
+        if not (isinstance(c.warmup, int) and c.warmup >= 0):
+            raise ConfigError(f"method.warmup must be an integer >= 0, got {c.warmup!r}")
+        if not 0 < float(c.target_accept) < 1 or not 0 <= float(c.leapfrog_jitter) < 1 or float(c.step_size) <= 0:
+            raise ConfigError("method.target_accept must lie in (0, 1), method.leapfrog_jitter in [0, 1) and "
+                              f"method.step_size above 0, got {c.target_accept}, {c.leapfrog_jitter}, {c.step_size}")
 
     def learns_noise(self) -> bool:
         return self.likelihood == "gaussian" and bool(self.cfg.learn_noise)
