@@ -12,6 +12,8 @@ from bnnbench.methods.base import Batch, Method, Predictive, Problem, slice_stat
 from bnnbench.methods.bbb import BBB
 from bnnbench.methods.exact_gaussian import ExactFullGaussian, ExactMeanField
 from bnnbench.methods.full_gaussian import FullGaussian
+from bnnbench.methods.inducing import (FactorisedGlobalInducing, Factorised, GlobalInducing, LocalInducing,
+                                       RandomGlobalInducing)
 from bnnbench.methods.map import MAP
 from bnnbench.methods.mc_dropout import MCDropout
 from bnnbench.methods.vadam import Vadam, Vprop
@@ -22,7 +24,9 @@ from bnnbench.methods.vogn import VOGN
 
 METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout, VOGN, Vadam, Vprop, SLANG, NoisyAdam,
                                                                 NoisyKFAC, FullGaussian, VadamMatlab, ExactFullGaussian,
-                                                                ExactMeanField)}
+                                                                ExactMeanField, Factorised, LocalInducing,
+                                                                GlobalInducing, FactorisedGlobalInducing,
+                                                                RandomGlobalInducing)}
 
 
 class UnknownMethodError(KeyError):
