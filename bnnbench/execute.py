@@ -156,6 +156,9 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
         resume.remove()
         raise
     keys = [k for k in res.final if k != "train_objective"]
+    if res.method.objective_is_elbo and "train_objective" in res.final:
+        res.final["elbo"] = -res.final["train_objective"]
+        keys.append("elbo")
     per_split = [{"split": s.name, **{k: float(res.final[k][i]) for k in keys}} for i, s in enumerate(splits)]
     if spec.posterior_metrics == "logreg":
         rows = logreg.method_metrics(res.method, res.state, ds, splits, _logreg_priors(spec, ds, hparams),

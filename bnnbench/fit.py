@@ -82,7 +82,8 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptio
     stage) with this data's sizes and priors."""
     method, data, problem = program(spec, ds, pairs, data_index, hparams, opts)
     state = method.init(problem, generator) if init_state is None else {**init_state, **hyper_state(problem)}
-    return train(method, state, data, epochs=opts.epochs or spec.epochs, batch_size=spec.batch_size,
+    epochs = opts.epochs or spec.epochs_for(int(data.n_train.max()))
+    return train(method, state, data, epochs=epochs, batch_size=spec.batch_size,
                  lr_drop=spec.lr_drop, eval_samples=opts.eval_samples or spec.eval_samples,
                  eval_samples_final=opts.eval_samples_final, generator=generator, task=spec.task,
                  eval_every=opts.eval_every, stop_on_divergence=opts.stop_on_divergence, progress=opts.progress,

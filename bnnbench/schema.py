@@ -20,6 +20,8 @@ class ProtocolSchema:
     subset: Any = None                      # {train: n, test: m}: the first rows of each split (fast protocols)
     stages: Any = None                      # [{split, epochs}, ...]: train on each split in turn, state kept
     epochs: Optional[int] = None
+    steps: Any = None                       # gradient steps instead of epochs (epochs = ceil(steps / batches per
+                                            # epoch)): an int, or {default: n, <method>: n} per method
     batch_size: Optional[int] = None
     eval_samples: Optional[int] = None      # posterior samples per evaluation
     eval_samples_final: Optional[int] = None

@@ -13,8 +13,6 @@ library) uses: at the exact posterior it equals log evidence - log likelihood fo
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 
@@ -37,8 +35,8 @@ def sample_weights(U: torch.Tensor, lam: torch.Tensor, V: torch.Tensor, alpha: t
     prec = posterior_prec(U, lam, alpha)
     L = torch.linalg.cholesky(prec)
     rhs = (U * lam.unsqueeze(-1)).mT @ V
-    mean = torch.cholesky_solve(rhs, L)
-    W = mean + torch.linalg.solve_triangular(L.mT, z, upper=True)
+    # mean + L^-T z = L^-T (L^-1 rhs + z): two triangular solves for the mean and the draw together
+    W = torch.linalg.solve_triangular(L.mT, torch.linalg.solve_triangular(L, rhs, upper=False) + z, upper=True)
     D, out = W.shape[-2], W.shape[-1]
     log_q = -0.5 * (z * z).sum((-1, -2)) + out * L.diagonal(dim1=-2, dim2=-1).log().sum(-1)
     log_p = -0.5 * alpha * (W * W).sum((-1, -2)) + 0.5 * D * out * torch.log(alpha)
@@ -52,7 +50,3 @@ def posterior(U: torch.Tensor, lam: torch.Tensor, V: torch.Tensor,
     cov = torch.cholesky_inverse(torch.linalg.cholesky(prec))
     return cov @ ((U * lam.unsqueeze(-1)).mT @ V), cov
 
-
-def gaussian_log_norm(D: int) -> float:
-    """log (2 pi)^(-D / 2)."""
-    return -0.5 * D * math.log(2 * math.pi)

@@ -88,6 +88,9 @@ class Method:
     # False where ``step`` builds no autograd graph: ``update`` then runs in inference mode (~10% less per-op
     # overhead at UCI scale), and the state it returns holds inference tensors
     needs_autograd = True
+    # True where the step's ``objective`` is the negative ELBO per data point: the record then keeps each split's
+    # final ELBO (``elbo``, the last epoch's mean estimate, normalised units), by which a paper may select settings
+    objective_is_elbo = False
 
     def __init__(self, cfg, model, likelihood: str):
         if isinstance(cfg, DictConfig):

@@ -83,6 +83,7 @@ class InducingFamily(Method):
     """One posterior family over the layers of the protocol's MLP (``family``); subclasses name it."""
 
     family = "gi"
+    objective_is_elbo = True
 
     def __init__(self, cfg, model, likelihood):
         super().__init__(cfg, model, likelihood)
