@@ -23,7 +23,7 @@ from bnnbench.config import CONFIG_SCHEMA, CommandLine, ConfigError
 from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError
 from bnnbench.exact_vi import NotConvergedError
-from bnnbench.fit import FitOptions, build_method, solve_replicas
+from bnnbench.fit import FitOptions, build_method, predictive, solve_replicas
 from bnnbench.metrics import STDERR_CONVENTION, summarise
 from bnnbench.protocol import resolve
 from bnnbench.replica_workers import fit_replicas
@@ -156,6 +156,9 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
         resume.remove()
         raise
     keys = [k for k in res.final if k != "train_objective"]
+    if spec.save_predictive and spec.task == "regression":
+        results.save_predictive(run_dir, predictive(spec, ds, pairs, res, opts,
+                                                    torch.Generator(device=device).manual_seed(int(cfg.seed) + 1)))
     if res.method.objective_is_elbo and "train_objective" in res.final:
         res.final["elbo"] = -res.final["train_objective"]
         keys.append("elbo")

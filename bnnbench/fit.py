@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bnnbench.engine import History, ReplicaData, TrainResult, train
+from bnnbench.engine import History, ReplicaData, TrainResult, predictive_moments, train
 from bnnbench.methods import Method, Problem, method_class
 from bnnbench.methods.base import hyper_state
 from bnnbench.models import MLP
@@ -101,3 +101,18 @@ def solve_replicas(spec: RunSpec, ds, pairs, data_index, hparams, opts: FitOptio
     return TrainResult(state, History(), {}, time.perf_counter() - t0, 0,
                        torch.zeros(data.n_replicas, dtype=torch.bool, device=data.data_index.device), method,
                        solve_info=info)
+
+
+def predictive(spec: RunSpec, ds, pairs, res: TrainResult, opts: FitOptions, generator) -> dict:
+    """Each split's regression predictive at its test rows (``engine.predictive_moments``, original units) with the
+    rows' inputs and targets: arrays ``mean, var_f, noise_var, y [R, T]``, ``x [R, T, D]`` and ``n_test [R]`` (rows
+    past a split's ``n_test`` are padding)."""
+    data = ReplicaData.build(ds.X, ds.y, pairs, list(range(len(pairs))), spec.normalize_x, spec.normalize_y,
+                             device=opts.device, dtype=opts.dtype)
+    mean, var_f, noise_var = predictive_moments(res.method, res.state, data,
+                                                spec.eval_samples_final or spec.eval_samples, generator)
+    x = torch.nn.utils.rnn.pad_sequence([torch.as_tensor(ds.X[te]) for _, te in pairs], batch_first=True)
+    y = torch.nn.utils.rnn.pad_sequence([torch.as_tensor(ds.y[te]) for _, te in pairs], batch_first=True)
+    return {"mean": mean.cpu().numpy(), "var_f": var_f.cpu().numpy(), "noise_var": noise_var.cpu().numpy(),
+            "x": x.numpy(), "y": y.numpy(),
+            "n_test": np.array([len(te) for _, te in pairs])}
