@@ -54,7 +54,7 @@ class RunSpec:
     stages: list | None = None        # [{"split": name, "epochs": n}, ...]: train on each split in turn, state kept
     subset: dict | None = None        # {"train": n, "test": m}: the first rows of each split only (fast protocols)
     steps: int | None = None          # gradient steps in place of ``epochs`` (``epochs_for``)
-    save_predictive: bool = False     # regression: store the predictive mean and variance at the test rows
+    save_predictive: bool | None = None  # regression: store the predictive mean and variance at the test rows (True)
 
     def epochs_for(self, n_train_max: int) -> int:
         """The epochs of a run whose largest training set has ``n_train_max`` rows: ``epochs``, or with ``steps`` set
@@ -202,7 +202,7 @@ def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None
                    restarts=int(proto.restarts) if proto.get("restarts") else None,
                    eval_samples_final=int(proto.eval_samples_final) if proto.get("eval_samples_final") else None,
                    stages=_stages(proto.get("stages")), steps=int(steps) if steps is not None else None,
-                   save_predictive=bool(proto.get("save_predictive", False)),
+                   save_predictive=True if proto.get("save_predictive") else None,
                    subset=OmegaConf.to_container(proto.subset) if proto.get("subset") else None,
                    splits=OmegaConf.to_container(proto.splits)
                    if isinstance(proto.get("splits"), DictConfig) or OmegaConf.is_list(proto.get("splits"))

@@ -32,7 +32,7 @@ class ProtocolSchema:
     noise_prec_units: str = "normalised"    # original | normalised: the units of tau in the search box
     bias_prior_prec: Optional[float] = None  # None: biases share the weights' prior precision
     loglik: str = "joint"                   # the test log-likelihood convention the paper reports
-    save_predictive: bool = False           # regression: keep each split's predictive mean and variance at its test
+    save_predictive: Optional[bool] = None  # regression: keep each split's predictive mean and variance at its test
                                             # rows (predictive.npz beside the record; figures, HMC comparisons)
     posterior_metrics: Optional[str] = None  # logreg: SLANG Table 1's metrics of a Gaussian q
     exact_gtol: Optional[float] = None      # gradient tolerance of the exact (L-BFGS) solutions

@@ -34,7 +34,7 @@ INDUCING_INITS = ("randn", "batch")
 @dataclass
 class InducingFamilyConfig(MethodConfig):
     prior: str = "neal"                 # standard | neal | scale
-    train_samples: int = 10             # MC samples per step
+    train_samples: int = 1              # MC samples per step (1: the authors' CIFAR-10 script)
     lr: float = 1e-2
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
