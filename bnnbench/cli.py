@@ -177,10 +177,17 @@ def cmd_table(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from bnnbench.plots import box_figure, convergence_figure, covariance_figure
+    from bnnbench.plots import (box_figure, convergence_figure, covariance_figure, elbo_depth_figure,
+                                predictive_figure)
     spec = experiment_spec(args.experiment)
-    out = convergence_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_convergence.png")
-    print(f"wrote {out}" if out else f"no run histories of {args.experiment} under {args.runs_root}")
+    fig = spec.get("figure") or {}
+    if fig.get("convergence", True):
+        out = convergence_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_convergence.png")
+        print(f"wrote {out}" if out else f"no run histories of {args.experiment} under {args.runs_root}")
+    for key, draw in (("predictive", predictive_figure), ("elbo_depth", elbo_depth_figure)):
+        if fig.get(key):
+            out = draw(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_{key}.png")
+            print(f"wrote {out}" if out else f"no run records of {args.experiment} under {args.runs_root}")
     if (spec.get("figure") or {}).get("covariance"):
         out = covariance_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_covariance.png")
         print(f"wrote {out}" if out else f"no stored posteriors of {args.experiment} under {args.runs_root}")

@@ -151,9 +151,11 @@ def make_batch(data: ReplicaData, rows: torch.Tensor) -> Batch:
                  y=data.y_train.reshape(-1)[flat].reshape(rows.shape), n_data=data.n_train[data.data_index])
 
 
-def evaluate(method: Method, state: State, data: ReplicaData, n_samples: int, generator: torch.Generator,
-             task: str, max_elems: int = 2 ** 24) -> dict[str, torch.Tensor]:
-    """Metrics ``[R]`` on each replica's evaluation set, in original target units.
+def _predictions(method: Method, state: State, data: ReplicaData, n_samples: int, generator: torch.Generator,
+                 task: str, max_elems: int = 2 ** 24):
+    """Yield ``(u, f, tau, mask)`` per chunk of replicas: their data indices, the sampled outputs ``[r, S, T]``
+    (regression: in original target units) or ``[r, S, T, K]``, the noise precisions (original units) and the mask
+    of the evaluation rows.
 
     Replicas are predicted in chunks, and a replica's ``n_samples`` posterior samples too when one
     replica's activations for all of them exceed ``max_elems`` (MNIST's 1000 samples x 10k test
@@ -163,7 +165,6 @@ def evaluate(method: Method, state: State, data: ReplicaData, n_samples: int, ge
     per_sample = t_max * max(method.model.sizes)                  # largest activation of one sample
     chunk = max(1, max_elems // max(1, n_samples * per_sample))
     s_chunk = n_samples if chunk > 1 else max(1, min(n_samples, max_elems // max(1, per_sample)))
-    out: dict[str, list[torch.Tensor]] = {}
     with torch.no_grad():
         for lo in range(0, R, chunk):
             idx = torch.arange(lo, min(R, lo + chunk), device=data.data_index.device)
@@ -175,17 +176,39 @@ def evaluate(method: Method, state: State, data: ReplicaData, n_samples: int, ge
             tau = parts[0].noise_prec
             if tau is not None and tau.dim() == 2:
                 tau = torch.cat([p.noise_prec for p in parts], dim=1)
-            mask = data.eval_mask[u]
             if task == "regression":
                 ys, ym = data.y_std[u], data.y_mean[u]
                 f = ym[:, None, None] + ys[:, None, None] * f[..., 0]
                 tau = tau / (ys ** 2 if tau.dim() == 1 else ys[:, None] ** 2)
-                m = regression_metrics(f, tau, data.y_eval[u], mask)
-            else:
-                m = classification_metrics(f, data.y_eval[u], mask)
-            for k, v in m.items():
-                out.setdefault(k, []).append(v)
+            yield u, f, tau, data.eval_mask[u]
+
+
+def evaluate(method: Method, state: State, data: ReplicaData, n_samples: int, generator: torch.Generator,
+             task: str, max_elems: int = 2 ** 24) -> dict[str, torch.Tensor]:
+    """Metrics ``[R]`` on each replica's evaluation set, in original target units (``_predictions``)."""
+    out: dict[str, list[torch.Tensor]] = {}
+    for u, f, tau, mask in _predictions(method, state, data, n_samples, generator, task, max_elems):
+        if task == "regression":
+            m = regression_metrics(f, tau, data.y_eval[u], mask)
+        else:
+            m = classification_metrics(f, data.y_eval[u], mask)
+        for k, v in m.items():
+            out.setdefault(k, []).append(v)
     return {k: torch.cat(v) for k, v in out.items()}
+
+
+def predictive_moments(method: Method, state: State, data: ReplicaData, n_samples: int,
+                       generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The regression predictive at each replica's evaluation rows, original units, ``[R, T]`` each: the mean
+    E[f] = (1/S) sum_s f_s, the function's variance (1/S) sum_s (f_s - E[f])^2 and the noise variance
+    (1/S) sum_s 1 / tau_s; Var[y*] is the sum of the two."""
+    means, f_vars, noise_vars = [], [], []
+    for _, f, tau, _ in _predictions(method, state, data, n_samples, generator, "regression"):
+        noise_var = (1 / tau)[:, None] if tau.dim() == 1 else (1 / tau).mean(1)[:, None]
+        means.append(f.mean(1))
+        f_vars.append(f.var(1, unbiased=False))
+        noise_vars.append(noise_var.expand(-1, f.shape[2]))
+    return torch.cat(means), torch.cat(f_vars), torch.cat(noise_vars)
 
 
 def _finite_state(state: State) -> torch.Tensor:

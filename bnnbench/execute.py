@@ -23,7 +23,7 @@ from bnnbench.config import CONFIG_SCHEMA, CommandLine, ConfigError
 from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError
 from bnnbench.exact_vi import NotConvergedError
-from bnnbench.fit import FitOptions, build_method, replica_data, solve_replicas
+from bnnbench.fit import FitOptions, build_method, predictive, replica_data, solve_replicas
 from bnnbench.metrics import STDERR_CONVENTION, summarise
 from bnnbench.protocol import resolve
 from bnnbench.replica_workers import fit_replicas
@@ -165,6 +165,12 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
         log(f"{cfg.method.name} diagnostics{' (FLAGGED)' if diagnostics.get('flagged') else ''}: "
             f"{diagnostics.get('summary', '')}")
     keys = [k for k in res.final if k != "train_objective"]
+    if spec.save_predictive and spec.task == "regression":
+        results.save_predictive(run_dir, predictive(spec, ds, pairs, res, opts,
+                                                    torch.Generator(device=device).manual_seed(int(cfg.seed) + 1)))
+    if res.method.objective_is_elbo and "train_objective" in res.final:
+        res.final["elbo"] = -res.final["train_objective"]
+        keys.append("elbo")
     per_split = [{"split": s.name, **{k: float(res.final[k][i]) for k in keys}} for i, s in enumerate(splits)]
     if spec.posterior_metrics == "logreg":
         rows = logreg.method_metrics(res.method, res.state, ds, splits, _logreg_priors(spec, ds, hparams),

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bnnbench.engine import History, ReplicaData, TrainResult, train
+from bnnbench.engine import History, ReplicaData, TrainResult, predictive_moments, train
 from bnnbench.methods import Method, Problem, method_class
 from bnnbench.methods.base import hyper_state
 from bnnbench.models import MLP
@@ -86,9 +86,10 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptio
     stage) with this data's sizes and priors."""
     method, data, problem = program(spec, ds, pairs, data_index, hparams, opts)
     state = method.init(problem, generator) if init_state is None else {**init_state, **hyper_state(problem)}
+    epochs = opts.epochs or spec.epochs_for(int(data.n_train.max()))
     # a full-batch method (HMC) takes each training set whole: a protocol batch at least that large is one batch
     batch_size = min(spec.batch_size, int(data.n_train.max())) if method.full_batch else spec.batch_size
-    return train(method, state, data, epochs=opts.epochs or spec.epochs, batch_size=batch_size,
+    return train(method, state, data, epochs=epochs, batch_size=batch_size,
                  lr_drop=spec.lr_drop, eval_samples=opts.eval_samples or spec.eval_samples,
                  eval_samples_final=opts.eval_samples_final, generator=generator, task=spec.task,
                  eval_every=opts.eval_every, stop_on_divergence=opts.stop_on_divergence, progress=opts.progress,
@@ -106,3 +107,17 @@ def solve_replicas(spec: RunSpec, ds, pairs, data_index, hparams, opts: FitOptio
     return TrainResult(state, History(), {}, time.perf_counter() - t0, 0,
                        torch.zeros(data.n_replicas, dtype=torch.bool, device=data.data_index.device), method,
                        solve_info=info)
+
+
+def predictive(spec: RunSpec, ds, pairs, res: TrainResult, opts: FitOptions, generator) -> dict:
+    """Each split's regression predictive at its test rows (``engine.predictive_moments``, original units) with the
+    rows' inputs and targets: arrays ``mean, var_f, noise_var, y [R, T]``, ``x [R, T, D]`` and ``n_test [R]`` (rows
+    past a split's ``n_test`` are padding)."""
+    data = replica_data(spec, ds, pairs, list(range(len(pairs))), opts.device, opts.dtype)
+    mean, var_f, noise_var = predictive_moments(res.method, res.state, data,
+                                                spec.eval_samples_final or spec.eval_samples, generator)
+    x = torch.nn.utils.rnn.pad_sequence([torch.as_tensor(ds.X[te]) for _, te in pairs], batch_first=True)
+    y = torch.nn.utils.rnn.pad_sequence([torch.as_tensor(ds.y[te]) for _, te in pairs], batch_first=True)
+    return {"mean": mean.cpu().numpy(), "var_f": var_f.cpu().numpy(), "noise_var": noise_var.cpu().numpy(),
+            "x": x.numpy(), "y": y.numpy(),
+            "n_test": np.array([len(te) for _, te in pairs])}

@@ -157,3 +157,88 @@ def box_figure(spec: dict, runs_root: Path, out: Path) -> Path | None:
     fig.suptitle(f"{spec['name']}: final values per split / restart", fontsize=9)
     fig.tight_layout()
     return _save(fig, out)
+
+
+def predictive_figure(spec: dict, runs_root: Path, out: Path) -> Path | None:
+    """Ober & Aitchison (2020) Fig. 1 from each run's ``predictive.npz`` (protocol ``save_predictive``): one panel per
+    method on a 1-D data set, the training points, the predictive mean and bands of one standard deviation of the
+    function (dark) and of y (light), first split."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bnnbench.data import load_dataset
+    from bnnbench.results import load_predictive
+
+    ds_name = spec["datasets"][0]
+    methods = list((spec.get("figure") or {}).get("methods") or spec["methods"])
+    names = _method_names(spec)
+    preds = {m: load_predictive(run_dir(runs_root, spec["name"], m, ds_name)) for m in methods}
+    preds = {m: p for m, p in preds.items() if p is not None}
+    if not preds:
+        return None
+    ds = load_dataset(ds_name)
+    tr = ds.splits[0].train
+    fig, axes = plt.subplots(1, len(preds), figsize=(3.2 * len(preds), 2.8), sharey=True, squeeze=False)
+    for ax, (m, p) in zip(axes[0], preds.items()):
+        n = int(p["n_test"][0])
+        x, mean = p["x"][0, :n, 0], p["mean"][0, :n]
+        sd_f, sd_y = np.sqrt(p["var_f"][0, :n]), np.sqrt(p["var_f"][0, :n] + p["noise_var"][0, :n])
+        order = np.argsort(x)
+        x, mean, sd_f, sd_y = x[order], mean[order], sd_f[order], sd_y[order]
+        ax.fill_between(x, mean - sd_y, mean + sd_y, alpha=0.15, color="C0")
+        ax.fill_between(x, mean - sd_f, mean + sd_f, alpha=0.35, color="C0")
+        ax.plot(x, mean, color="C0")
+        ax.scatter(ds.X[tr, 0], ds.y[tr], s=6, color="k", zorder=3)
+        ax.set_title(names.get(m, m), fontsize=9)
+        ax.set_xlabel("x")
+    axes[0, 0].set_ylabel("y")
+    fig.suptitle(f"{spec['name']}: predictive mean, +-1 sd of f (dark) and of y (light)", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def elbo_depth_figure(spec: dict, runs_root: Path, out: Path) -> Path | None:
+    """Ober & Aitchison (2020) Fig. 2: the ELBO per data point of each family against depth, one panel per width,
+    beside the exact log evidence per data point of the generating linear model (mean over the data draws, error
+    bars one standard error). Run labels are ``<family>_d<depth>_w<width>`` (``figure.elbo_depth``)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bnnbench.data import load_dataset
+    from bnnbench.data.synthetic import log_evidence
+
+    ed = spec["figure"]["elbo_depth"]
+    ds_name = spec["datasets"][0]
+    ds = load_dataset(ds_name)
+    ev = np.array([log_evidence(ds.X[s.train], ds.y[s.train], ds.meta["weight_var"], ds.meta["noise_var"])
+                   / len(s.train) for s in ds.splits])
+    names = {**_method_names(spec), **(ed.get("labels") or {})}
+    widths, depths = list(ed["widths"]), list(ed["depths"])
+    fig, axes = plt.subplots(1, len(widths), figsize=(3.4 * len(widths), 3.0), sharey=True, squeeze=False)
+    drawn = 0
+    for ax, w in zip(axes[0], widths):
+        ax.axhline(ev.mean(), color="k", ls="--", lw=1, label="log evidence (true model)")
+        for fam in ed["families"]:
+            pts = []
+            for d in depths:
+                rec = load_record(run_dir(runs_root, spec["name"], f"{fam}_d{d}_w{w}", ds_name))
+                if rec is None:
+                    continue
+                e = np.array([m["elbo"] for m in rec["metrics"]])
+                pts.append((d, e.mean(), e.std() / np.sqrt(len(e))))
+            if pts:
+                d_, m_, s_ = map(np.array, zip(*pts))
+                ax.errorbar(d_, m_, yerr=s_, marker="o", ms=3, label=names.get(fam, fam))
+                drawn += 1
+        ax.set_title(f"width {w}", fontsize=9)
+        ax.set_xlabel("hidden layers")
+    if not drawn:
+        plt.close(fig)
+        return None
+    axes[0, 0].set_ylabel("ELBO per data point")
+    axes[0, -1].legend(fontsize=7)
+    fig.suptitle(f"{spec['name']}: deep linear networks, ELBO against depth", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, out)

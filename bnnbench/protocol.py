@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bnnbench.config import CommandLine, ConfigError
 
-PROTOCOL_KEYS = ("epochs", "batch_size", "eval_samples", "eval_every")
+PROTOCOL_KEYS = ("epochs", "steps", "batch_size", "eval_samples", "eval_every")
 
 
 @dataclass
@@ -53,6 +53,15 @@ class RunSpec:
     eval_samples_final: int | None = None  # posterior samples of the final evaluation (None: eval_samples)
     stages: list | None = None        # [{"split": name, "epochs": n}, ...]: train on each split in turn, state kept
     subset: dict | None = None        # {"train": n, "test": m}: the first rows of each split only (fast protocols)
+    steps: int | None = None          # gradient steps in place of ``epochs`` (``epochs_for``)
+    save_predictive: bool | None = None  # regression: store the predictive mean and variance at the test rows (True)
+
+    def epochs_for(self, n_train_max: int) -> int:
+        """The epochs of a run whose largest training set has ``n_train_max`` rows: ``epochs``, or with ``steps`` set
+        the fewest epochs of ceil(n_train_max / batch_size) steps each that make at least ``steps`` steps."""
+        if self.steps is None:
+            return self.epochs
+        return -(-self.steps // -(-int(n_train_max) // self.batch_size))
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -124,6 +133,13 @@ def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None
                 if layer and layer.get(k) is not None:
                     v = layer.get(k)
         vals[k] = v
+    steps = vals.pop("steps")
+    if isinstance(steps, DictConfig):
+        steps = steps.get(mname, steps.get("default"))
+    if steps is not None:
+        if int(steps) <= 0:
+            raise ConfigError(f"protocol.steps must be a positive integer, got {steps!r}")
+        vals["epochs"] = vals["epochs"] or 1
     for k in ("epochs", "batch_size", "eval_samples"):
         if vals[k] is None or int(vals[k]) <= 0:
             raise ConfigError(f"protocol.{k} must be a positive integer, got {vals[k]!r}")
@@ -185,7 +201,8 @@ def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None
                    exact_gtol=float(proto.exact_gtol) if proto.get("exact_gtol") is not None else None,
                    restarts=int(proto.restarts) if proto.get("restarts") else None,
                    eval_samples_final=int(proto.eval_samples_final) if proto.get("eval_samples_final") else None,
-                   stages=_stages(proto.get("stages")),
+                   stages=_stages(proto.get("stages")), steps=int(steps) if steps is not None else None,
+                   save_predictive=True if proto.get("save_predictive") else None,
                    subset=OmegaConf.to_container(proto.subset) if proto.get("subset") else None,
                    splits=OmegaConf.to_container(proto.splits)
                    if isinstance(proto.get("splits"), DictConfig) or OmegaConf.is_list(proto.get("splits"))

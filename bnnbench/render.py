@@ -37,12 +37,14 @@ _VERDICT_WORDS_MD = {
     "better": "better",
     "worse": "**WORSE**",
     "not_run": "not run",
+    "unattributed": "no verdict (cell unattributed)",
 }
 _VERDICT_WORDS_TEX = {
     "reproduced": "ok",
     "better": "better",
     "worse": "\\textbf{worse}",
     "not_run": "--",
+    "unattributed": "n/a",
 }
 
 
@@ -171,6 +173,7 @@ def _conventions(df: pd.DataFrame, spec: Mapping) -> list[str]:
 
 
 def _counts(df: pd.DataFrame) -> tuple[str, list[str]]:
+    df = df[df["verdict"] != "unattributed"]
     parts = []
     for method, setting in _ordered_unique(zip(df["method"], df["setting"])):
         sub = df[(df["method"] == method) & (df["setting"] == setting)]

@@ -25,6 +25,7 @@ RECORD = "record.json"
 FAILED = "failed.json"
 HISTORY = "history.json"
 POSTERIOR = "posterior.npz"
+PREDICTIVE = "predictive.npz"  # regression predictive at the test rows (protocol.save_predictive)
 LOCK = ".lock"
 ADHOC = "adhoc"  # the experiment part of a run directory outside any experiment
 
@@ -141,6 +142,21 @@ def load_posterior(run_dir: Path):
         return None
     z = np.load(path)
     return z["mean"].astype(np.float64), z["cov"].astype(np.float64)
+
+
+def save_predictive(run_dir: Path, arrays: dict) -> Path:
+    """Each split's predictive mean and variance at its test rows (``fit.predictive``) beside the record."""
+    return save_npz(Path(run_dir) / PREDICTIVE, **arrays)
+
+
+def load_predictive(run_dir: Path) -> dict | None:
+    """A finished run's stored predictive (``save_predictive``) as arrays, else ``None``."""
+    import numpy as np
+    path = Path(run_dir) / PREDICTIVE
+    if not path.exists() or not (Path(run_dir) / RECORD).exists():
+        return None
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
 
 
 def load_history(run_dir: Path) -> dict | None:

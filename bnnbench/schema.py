@@ -20,6 +20,8 @@ class ProtocolSchema:
     subset: Any = None                      # {train: n, test: m}: the first rows of each split (fast protocols)
     stages: Any = None                      # [{split, epochs}, ...]: train on each split in turn, state kept
     epochs: Optional[int] = None
+    steps: Any = None                       # gradient steps instead of epochs (epochs = ceil(steps / batches per
+                                            # epoch)): an int, or {default: n, <method>: n} per method
     batch_size: Optional[int] = None
     eval_samples: Optional[int] = None      # posterior samples per evaluation
     eval_samples_final: Optional[int] = None
@@ -30,6 +32,8 @@ class ProtocolSchema:
     noise_prec_units: str = "normalised"    # original | normalised: the units of tau in the search box
     bias_prior_prec: Optional[float] = None  # None: biases share the weights' prior precision
     loglik: str = "joint"                   # the test log-likelihood convention the paper reports
+    save_predictive: Optional[bool] = None  # regression: keep each split's predictive mean and variance at its test
+                                            # rows (predictive.npz beside the record; figures, HMC comparisons)
     posterior_metrics: Optional[str] = None  # logreg: SLANG Table 1's metrics of a Gaussian q
     exact_gtol: Optional[float] = None      # gradient tolerance of the exact (L-BFGS) solutions
     lr_drop: Any = None                     # {at: fraction of the epochs, factor: f}

@@ -52,6 +52,7 @@ EXTRA_COLUMNS = [
     "stderr_convention",
     "run_status",
     "protocol",
+    "selected",
 ]
 
 
@@ -89,6 +90,54 @@ def _summary_of(rec: Mapping, key: str) -> tuple[float, float, float]:
         return nan, nan, nan
     a = np.asarray(vals, dtype=float)
     return float(a.mean()), float(a.std(ddof=0) / math.sqrt(len(a))), float(len(a))
+
+
+def _load(rec_dir: Path) -> tuple[dict | None, str]:
+    """A run directory's finished record (None otherwise) and its status: ok | failed | unreadable | missing."""
+    rec = load_record(rec_dir)
+    if rec is None:
+        return None, "failed" if (rec_dir / FAILED).exists() else (
+            "unreadable" if (rec_dir / RECORD).exists() else "missing")
+    st = rec.get("status", "ok")
+    return (rec, "ok") if st == "ok" else (None, f"status:{st}")
+
+
+def _column_record(runs_root: Path, name: str, mid: str, m: Mapping, ds: str) -> tuple[dict | None, str, str]:
+    """The record behind a table column on a data set, its status and the run label it came from.
+
+    A column with ``candidates`` (run labels: a paper's grid search) takes the candidate whose summary metric
+    ``select_by`` (default ``elbo``, larger is better) is best, as papers that select settings by the training
+    objective do; it is ``missing`` until every candidate has a finished record (no choice among part of a grid)."""
+    cands = m.get("candidates")
+    if not cands:
+        rec, status = _load(run_dir(runs_root, name, mid, ds))
+        return rec, status, mid
+    key = str(m.get("select_by") or "elbo")
+    loaded = [(c, *_load(run_dir(runs_root, name, str(c), ds))) for c in cands]
+    done = [(c, r) for c, r, st in loaded if r is not None]
+    if len(done) < len(loaded):
+        bad = [f"{c}: {st}" for c, r, st in loaded if r is None]
+        return None, f"grid incomplete ({len(done)} of {len(loaded)}; " + ", ".join(bad) + ")", ""
+    score = {c: _summary_of(r, key)[0] for c, r in done}
+    if any(math.isnan(v) for v in score.values()):
+        return None, f"metric_missing ({key})", ""
+    best = max(done, key=lambda cr: score[cr[0]])
+    return best[1], "ok", str(best[0])
+
+
+def _names(path) -> str:
+    return ", ".join(p.name for p in path) if isinstance(path, list) else path.name
+
+
+def _candidates_note(cell) -> str:
+    """The printed values an unattributed reference cell may hold (its notes), '' when it has none."""
+    notes = "" if is_missing(cell.get("notes")) else str(cell["notes"])
+    if not notes.startswith("AMBIGUOUS"):
+        return ""
+    head = "candidate printed value(s): "
+    if head in notes:
+        return "? " + notes.split(head, 1)[1].split(";", 1)[0]
+    return "?"
 
 
 def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
@@ -133,20 +182,14 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
     nan = float("nan")
     for ds in datasets:
         for mid, m in methods.items():
-            rec_dir = run_dir(runs_root, name, mid, ds)
-            rec = load_record(rec_dir)
-            if rec is None:
-                run_status = "failed" if (rec_dir / FAILED).exists() else (
-                    "unreadable" if (rec_dir / RECORD).exists() else "missing")
-            else:
-                st = rec.get("status", "ok")
-                run_status = "ok" if st == "ok" else f"status:{st}"
-                if run_status != "ok":
-                    rec = None
+            rec, run_status, selected = _column_record(runs_root, name, mid, m, ds)
             for key, mm in metrics.items():
                 cell = cell_index.get((ds_ref[ds], m["paper_method"], m["setting"],
                                        mm["paper_metric"]))
-                if cell is None or is_missing(cell["value"]):
+                if cell is None:
+                    continue
+                unattributed = is_missing(cell["value"])
+                if unattributed and not (spec.get("show_unattributed") and _candidates_note(cell)):
                     continue
                 used_m.add(mid), used_d.add(ds), used_k.add(key)
                 p_dec = as_decimal(cell["value"])
@@ -165,12 +208,15 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                     conv = ""
                     status = run_status
                 proto = _protocol_of(rec)
-                v, z = verdict(
-                    None if math.isnan(ours) else ours / scale,
-                    se / scale if not math.isnan(se) else se,
-                    cell["value"], cell["error"], mm["higher_is_better"], mm["kind"],
-                )
-                paper = float(p_dec) * scale
+                if unattributed:
+                    v, z = "unattributed", nan
+                else:
+                    v, z = verdict(
+                        None if math.isnan(ours) else ours / scale,
+                        se / scale if not math.isnan(se) else se,
+                        cell["value"], cell["error"], mm["higher_is_better"], mm["kind"],
+                    )
+                paper = float(p_dec) * scale if p_dec is not None else nan
                 rows.append({
                     "dataset": cell["dataset"],
                     "method": cell["method"],
@@ -190,13 +236,14 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                     "our_metric": key,
                     "higher_is_better": mm["higher_is_better"],
                     "kind": mm["kind"],
-                    "paper_printed": cell["value"],
+                    "paper_printed": _candidates_note(cell) if unattributed else cell["value"],
                     "paper_err_printed": cell["error"],
                     "scale": scale,
                     "error_kind": cell["error_kind"],
                     "stderr_convention": conv,
                     "run_status": status,
                     "protocol": proto,
+                    "selected": selected,
                 })
 
     unmatched = []
@@ -208,7 +255,7 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
             unmatched.append(f"{what} {miss}")
     if unmatched:
         raise ValueError(f"spec {name!r}: no published cell in "
-                         f"{reference_path(spec, reference_dir).name} for "
+                         f"{_names(reference_path(spec, reference_dir))} for "
                          + "; ".join(unmatched))
     df = pd.DataFrame(rows, columns=COLUMNS + EXTRA_COLUMNS)
     for c in ["ours", "ours_se", "paper", "paper_err", "z", "rel_diff", "n",

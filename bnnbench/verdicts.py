@@ -36,7 +36,8 @@ __all__ = [
     "compare_verdicts",
 ]
 
-VERDICTS = ("reproduced", "better", "worse", "not_run")
+VERDICTS = ("reproduced", "better", "worse", "not_run", "unattributed")  # unattributed: the published cell
+# could not be read from the paper with confidence (its candidates are shown, no verdict is claimed)
 GOOD = ("reproduced", "better")
 
 Z_THRESHOLD = 2.0

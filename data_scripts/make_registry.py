@@ -220,6 +220,22 @@ def define_datasets(paths: list[str]) -> dict[str, dict]:
         "files": need(CIFAR10_ENTRY["path"]),
         "params": {"file": CIFAR10_ENTRY["path"]},
     }
+    ds["synthetic/gap_cubic"] = {
+        "family": "synthetic",
+        "task": "regression",
+        "description": "toy cubic with a gap (Hernandez-Lobato & Adams 2015; Ober & Aitchison 2020 Fig. 1), generated",
+        "files": [],
+        "params": {"generator": "gap_cubic", "seed": 0, "n_per_side": 20, "noise_std": 3.0, "grid": [-6.0, 6.0],
+                   "n_grid": 200},
+    }
+    ds["synthetic/deep_linear"] = {
+        "family": "synthetic",
+        "task": "regression",
+        "description": "linear-Gaussian data for deep linear networks (Ober & Aitchison 2020 Fig. 2), generated",
+        "files": [],
+        "params": {"generator": "deep_linear", "seed": 0, "d_in": 5, "n_train": 1000, "n_test": 100,
+                   "weight_var": 0.2, "noise_var": 0.1, "n_draws": 3},
+    }
     return ds
 
 

@@ -159,6 +159,11 @@ def load_dataset(name: str) -> Dataset:
     from . import registry, store
 
     spec = registry.dataset_spec(name)
+    if spec["family"] == "synthetic":  # generated from its parameters: nothing to fetch or cache
+        from .synthetic import build
+        built = build(name, spec)
+        _check_dataset(built)
+        return built
     path = store.canonical_path(name)
     sources = registry.source_digests(name)
     if path.is_file():

@@ -13,6 +13,8 @@ from bnnbench.methods.bbb import BBB
 from bnnbench.methods.exact_gaussian import ExactFullGaussian, ExactMeanField
 from bnnbench.methods.full_gaussian import FullGaussian
 from bnnbench.methods.hmc import HMC
+from bnnbench.methods.inducing import (FactorisedGlobalInducing, Factorised, GlobalInducing, LocalInducing,
+                                       RandomGlobalInducing)
 from bnnbench.methods.map import MAP
 from bnnbench.methods.mc_dropout import MCDropout
 from bnnbench.methods.vadam import Vadam, Vprop
@@ -23,7 +25,9 @@ from bnnbench.methods.vogn import VOGN
 
 METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout, VOGN, Vadam, Vprop, SLANG, NoisyAdam,
                                                                 NoisyKFAC, FullGaussian, VadamMatlab, ExactFullGaussian,
-                                                                ExactMeanField, HMC)}
+                                                                ExactMeanField, Factorised, LocalInducing,
+                                                                GlobalInducing, FactorisedGlobalInducing,
+                                                                RandomGlobalInducing, HMC)}
 
 
 class UnknownMethodError(KeyError):

@@ -88,6 +88,9 @@ class Method:
     # False where ``step`` builds no autograd graph: ``update`` then runs in inference mode (~10% less per-op
     # overhead at UCI scale), and the state it returns holds inference tensors
     needs_autograd = True
+    # True where the step's ``objective`` is the negative ELBO per data point: the record then keeps each split's
+    # final ELBO (``elbo``, the last epoch's mean estimate, normalised units), by which a paper may select settings
+    objective_is_elbo = False
     # True where ``step`` needs each replica's whole training set in one batch (HMC's full-batch gradients): the run
     # then checks that protocol.batch_size covers the largest training set
     full_batch = False

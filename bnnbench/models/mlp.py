@@ -13,10 +13,11 @@ import math
 
 import torch
 
-_ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh}
+_ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "linear": lambda h: h}
 # act'(z) from the pre-activation z and the activation h = act(z); relu'(z) = 1[z > 0] = sign(h), one float op
 # (a comparison and a cast to float cost 9x more on a CPU)
-_ACT_GRADS = {"relu": lambda z, h: torch.sign(h), "tanh": lambda z, h: 1 - h * h}
+_ACT_GRADS = {"relu": lambda z, h: torch.sign(h), "tanh": lambda z, h: 1 - h * h,
+              "linear": lambda z, h: torch.ones_like(h)}
 
 
 def affine(h: torch.Tensor, W: torch.Tensor, b: torch.Tensor, first: bool = False) -> torch.Tensor:

@@ -98,16 +98,20 @@ def spec_metrics(spec: Mapping) -> dict[str, dict]:
     return out
 
 
-def reference_path(spec: Mapping, reference_dir) -> Path:
+def reference_path(spec: Mapping, reference_dir) -> Path | list[Path]:
+    """The spec's reference CSV, or its list of CSVs (one paper table printed as several, e.g. an LL and an RMSE
+    table that share their runs)."""
     ref = spec.get("reference")
     if not ref:
         raise ValueError(f"spec {spec.get('name')!r} has no 'reference' CSV")
     base = Path(reference_dir) if reference_dir is not None else REFERENCE_DIR
-    p = Path(ref)
-    return p if p.is_absolute() else base / p
+    paths = [Path(r) if Path(r).is_absolute() else base / r for r in ([ref] if isinstance(ref, str) else ref)]
+    return paths[0] if isinstance(ref, str) else paths
 
 
-def read_reference(path: Path) -> pd.DataFrame:
+def read_reference(path: Path | list[Path]) -> pd.DataFrame:
+    if isinstance(path, list):
+        return pd.concat([read_reference(p) for p in path], ignore_index=True)
     ref = pd.read_csv(path, dtype=str, keep_default_na=False)
     for c in ["paper", "table", "dataset", "method", "setting", "metric",
               "value", "error", "error_kind", "scale"]:

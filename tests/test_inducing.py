@@ -1,0 +1,243 @@
+"""Global inducing points and its sibling families (bnnbench/inducing, methods/inducing.py) against exact references:
+closed-form Bayesian linear regression and log evidence, dense algebra, numerical integration of the Gamma KL."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import integrate, stats
+
+from bnnbench.inducing import blr
+from bnnbench.inducing.gamma import kl_gamma, reparam_standard_gamma, standard_gamma
+from bnnbench.inducing.layers import Factorised
+from bnnbench.inducing.network import InducingNet
+from bnnbench.methods import METHODS, Batch, Problem
+from bnnbench.models import MLP
+
+DT = torch.float64
+
+
+def _linear_data(n=30, d=3, tau=4.0, alpha=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, d, generator=g, dtype=DT)
+    w = torch.randn(d + 1, generator=g, dtype=DT) / math.sqrt(alpha)
+    Xb = torch.cat([X, torch.ones(n, 1, dtype=DT)], 1)
+    y = Xb @ w + torch.randn(n, generator=g, dtype=DT) / math.sqrt(tau)
+    return X, Xb, y
+
+
+def _exact_blr(Xb, y, tau, alpha):
+    """Posterior mean, covariance and log evidence of y = Xb w + eps, w ~ N(0, I / alpha), eps ~ N(0, I / tau)."""
+    n, D = Xb.shape
+    cov = torch.linalg.inv(tau * Xb.T @ Xb + alpha * torch.eye(D, dtype=DT))
+    mean = tau * cov @ Xb.T @ y
+    K = Xb @ Xb.T / alpha + torch.eye(n, dtype=DT) / tau
+    log_ev = torch.distributions.MultivariateNormal(torch.zeros(n, dtype=DT), K).log_prob(y)
+    return mean, cov, float(log_ev)
+
+
+def _method(name, sizes, n, tau, activation="linear", **cfg):
+    model = MLP(sizes, activation)
+    method = METHODS[name]({"learn_noise": False, **cfg}, model, "gaussian")
+    R = 1
+    problem = Problem("gaussian", n_data=torch.tensor([n]), prior_prec=torch.ones(R, model.n_params, dtype=DT),
+                      noise_prec=torch.tensor([tau], dtype=DT), y_scale=torch.ones(R, dtype=DT))
+    return method, problem
+
+
+def test_blr_sample_moments_equal_the_dense_posterior():
+    g = torch.Generator().manual_seed(1)
+    U = torch.randn(7, 4, generator=g, dtype=DT)
+    lam = torch.rand(7, generator=g, dtype=DT) + 0.2
+    V = torch.randn(7, 2, generator=g, dtype=DT)
+    alpha = torch.tensor(3.0, dtype=DT)
+    prec = U.T @ torch.diag(lam) @ U + 3.0 * torch.eye(4, dtype=DT)
+    cov = torch.linalg.inv(prec)
+    mean = cov @ U.T @ torch.diag(lam) @ V
+    m, c = blr.posterior(U, lam, V, alpha)
+    assert torch.allclose(m, mean, atol=1e-12) and torch.allclose(c, cov, atol=1e-12)
+    z = torch.randn(200000, 4, 2, generator=g, dtype=DT)
+    W, logpq = blr.sample_weights(U, lam, V, alpha.expand(200000), z)
+    assert torch.allclose(W.mean(0), mean, atol=4 * cov.diagonal().max().sqrt() / math.sqrt(2e5))
+    emp = torch.einsum("sik,sjk->ij", W - mean, W - mean) / (2 * 200000)
+    assert torch.allclose(emp, cov, atol=0.01 * cov.abs().max())
+    # log p - log q at each draw against dense Gaussian densities (their constants cancel)
+    p = torch.distributions.MultivariateNormal(torch.zeros(4, dtype=DT), torch.eye(4, dtype=DT) / 3.0)
+    q = [torch.distributions.MultivariateNormal(mean[:, j], cov) for j in range(2)]
+    ref = sum(p.log_prob(W[:10, :, j]) - q[j].log_prob(W[:10, :, j]) for j in range(2))
+    assert torch.allclose(logpq[:10], ref, atol=1e-10)
+
+
+@pytest.mark.parametrize("prior,alpha", [("standard", 1.0), ("neal", 4.0)])
+def test_gi_with_the_data_as_pseudo_data_is_the_exact_posterior_and_its_elbo_the_log_evidence(prior, alpha):
+    """One linear layer, inducing inputs = training inputs, pseudo-outputs = targets, pseudo-precision = tau: q(w) is
+    the closed-form posterior and every single-sample ELBO equals the exact log evidence."""
+    tau, n = 4.0, 30
+    X, Xb, y = _linear_data(n=n, tau=tau, alpha=alpha)
+    method, problem = _method("gi", [3, 1], n, tau, prior=prior, inducing=n, train_samples=5)
+    g = torch.Generator().manual_seed(0)
+    state = method.init(problem, g)
+    state["q.U0"] = X[None].clone()
+    state["q.l0.pseudo_out"] = y[None, :, None].clone()
+    state["q.l0.log_prec"] = torch.full((1, n), math.log(tau), dtype=DT)
+    mean, cov, log_ev = _exact_blr(Xb, y, tau, alpha)
+    U = torch.cat([state["q.U0"][0], torch.ones(n, 1, dtype=DT)], 1)
+    m, c = blr.posterior(U, torch.full((n,), tau, dtype=DT), y[:, None], torch.tensor(alpha, dtype=DT))
+    assert torch.allclose(m[:, 0], mean, atol=1e-10) and torch.allclose(c, cov, atol=1e-12)
+    batch = Batch(x=X[None], y=y[None], n_data=torch.tensor([n]))
+    params = method.params(state)
+    f, logpq = method.net.forward(params, batch.x, method.noise(state, batch, g))
+    ll = torch.distributions.Normal(f[..., 0], tau ** -0.5).log_prob(y).sum(-1)
+    assert torch.allclose(ll + logpq, torch.full_like(logpq, log_ev), atol=1e-9)
+    obj, _, _ = method.objective(state, params, batch, method.noise(state, batch, g))
+    assert obj.item() * n == pytest.approx(-log_ev, abs=1e-9)
+
+
+def test_optimised_gi_on_a_linear_layer_is_tight_to_1e_6():
+    """gi's pseudo-data (P = 8 random inducing inputs, pseudo-outputs, precisions) optimised by L-BFGS on the
+    closed-form ELBO of a linear layer reach the exact log evidence: the method's own single-sample ELBO is within
+    1e-6 of it at every draw."""
+    tau, n, alpha = 4.0, 40, 4.0
+    X, Xb, y = _linear_data(n=n, tau=tau, alpha=alpha, seed=3)
+    _, _, log_ev = _exact_blr(Xb, y, tau, alpha)
+    method, problem = _method("gi", [3, 1], n, tau, prior="neal", inducing=8, train_samples=4)
+    g = torch.Generator().manual_seed(0)
+    state = method.init(problem, g)
+    leaves = {k: state[k].clone().requires_grad_(True) for k in ("q.U0", "q.l0.pseudo_out", "q.l0.log_prec")}
+
+    def closed_form_elbo():
+        U = torch.cat([leaves["q.U0"][0], torch.ones(8, 1, dtype=DT)], 1)
+        m, c = blr.posterior(U, leaves["q.l0.log_prec"][0].exp(), leaves["q.l0.pseudo_out"][0],
+                             torch.tensor(alpha, dtype=DT))
+        m = m[:, 0]
+        r = y - Xb @ m
+        ell = n * 0.5 * math.log(tau / (2 * math.pi)) - 0.5 * tau * (r @ r + ((Xb @ c) * Xb).sum())
+        kl = 0.5 * (alpha * c.trace() + alpha * m @ m - 4 - torch.logdet(alpha * c))
+        return ell - kl
+
+    opt = torch.optim.LBFGS(list(leaves.values()), lr=1, max_iter=2000, tolerance_grad=1e-12,
+                            tolerance_change=1e-15, history_size=50, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = -closed_form_elbo()
+        loss.backward()
+        return loss
+
+    for _ in range(5):
+        opt.step(closure)
+    state.update({k: v.detach() for k, v in leaves.items()})
+    batch = Batch(x=X[None], y=y[None], n_data=torch.tensor([n]))
+    elbo = -n * torch.stack([method.objective(state, method.params(state), batch, method.noise(state, batch, g))[0]
+                             for _ in range(20)])
+    with torch.no_grad():
+        assert float(closed_form_elbo()) <= log_ev + 1e-9
+    assert (elbo - log_ev).abs().max() < 1e-6
+
+
+@pytest.mark.parametrize("name", ["fac", "li", "gi", "fac_gi", "rand_gi"])
+def test_deep_linear_elbo_stays_below_the_generating_models_evidence(name):
+    """Data from a linear model; deep linear networks' ELBO (mean of many draws, after training) stays below the
+    generating model's exact log evidence (an upper bound on a mismatched model's evidence in expectation)."""
+    tau, n = 10.0, 50
+    X, Xb, y = _linear_data(n=n, tau=tau, alpha=4.0, seed=5)
+    _, _, log_ev = _exact_blr(Xb, y, tau, 4.0)
+    method, problem = _method(name, [3, 8, 8, 1], n, tau, prior="neal", train_samples=4, lr=0.02,
+                              **({"inducing": 20} if name not in ("fac", "li") else {}))
+    g = torch.Generator().manual_seed(0)
+    state = method.init(problem, g)
+    batch = Batch(x=X[None], y=y[None], n_data=torch.tensor([n]))
+    for _ in range(300):
+        state, _ = method.update(state, batch, g)
+    elbo = -n * torch.stack([method.objective(state, method.params(state), batch, method.noise(state, batch, g))[0]
+                             for _ in range(200)])
+    se = float(elbo.std() / math.sqrt(len(elbo)))
+    assert float(elbo.mean()) < log_ev + 3 * se
+
+
+def test_global_inducing_weights_depend_on_the_inducing_rows_only():
+    """A data row's output does not change when the other data rows change (same draws): the weights are the
+    regression on the propagated inducing rows, never on the batch."""
+    net = InducingNet([2, 5, 5, 1], "gi", "neal", n_inducing=6)
+    g = torch.Generator().manual_seed(0)
+    params = net.init_params(2, g, "cpu", DT)
+    x = torch.randn(2, 4, 2, generator=g, dtype=DT)
+    noise = net.noise(params, 3, 4, g)
+    f1, lpq1 = net.forward(params, x, noise)
+    x2 = x.clone()
+    x2[:, 1:] = torch.randn(2, 3, 2, generator=g, dtype=DT)
+    f2, lpq2 = net.forward(params, x2, noise)
+    assert torch.equal(f1[:, :, 0], f2[:, :, 0]) and torch.equal(lpq1, lpq2)
+    assert not torch.allclose(f1[:, :, 1:], f2[:, :, 1:])
+
+
+def test_factorised_kl_and_local_reparameterisation_against_references():
+    g = torch.Generator().manual_seed(0)
+    layer = Factorised(3, 2, local_reparam=True)
+    params = layer.init_params(1, g, "cpu", DT)
+    params["log_var"] = torch.randn(1, 4, 2, generator=g, dtype=DT) - 1
+    h = torch.cat([torch.randn(1, 1, 5, 3, generator=g, dtype=DT), torch.ones(1, 1, 5, 1, dtype=DT)], -1)
+    alpha = torch.tensor([[2.5]], dtype=DT)
+    S = 100000
+    out, logpq = layer.forward(params, h.expand(1, S, 5, 4), alpha.expand(1, S),
+                               torch.randn(1, S, 5, 2, generator=g, dtype=DT), 0)
+    mean = params["mean"][0] / 2.0
+    var = params["log_var"][0].exp() / 4.0
+    q = torch.distributions.Normal(mean, var.sqrt())
+    p = torch.distributions.Normal(torch.zeros_like(mean), torch.full_like(mean, 2.5 ** -0.5))
+    assert torch.allclose(-logpq[0, 0], torch.distributions.kl_divergence(q, p).sum(), atol=1e-12)
+    mu, v = h[0, 0] @ mean, (h[0, 0] ** 2) @ var
+    assert torch.allclose(out[0].mean(0), mu, atol=5 * (v.max() / S) ** 0.5)
+    assert torch.allclose(out[0].var(0), v, rtol=0.03)
+
+
+def test_gamma_kl_against_numerical_integration():
+    for a_q, b_q, a_p, b_p in [(3.0, 2.0, 2.0, 2.0), (405.4, 405.4, 2.0, 2.0), (2.5, 7.0, 1.3, 0.4)]:
+        q, p = stats.gamma(a_q, scale=1 / b_q), stats.gamma(a_p, scale=1 / b_p)
+        lo, hi = q.ppf(1e-12), q.ppf(1 - 1e-12)
+        ref, _ = integrate.quad(lambda x: q.pdf(x) * (q.logpdf(x) - p.logpdf(x)), lo, hi, limit=200, epsabs=1e-12)
+        got = kl_gamma(*(torch.tensor(v, dtype=DT) for v in (a_q, b_q, a_p, b_p)))
+        assert float(got) == pytest.approx(ref, rel=1e-7, abs=1e-10)
+
+
+def test_standard_gamma_draws_and_their_implicit_gradient():
+    g = torch.Generator().manual_seed(0)
+    for a in (1.0, 2.0, 7.5, 405.0):
+        x = standard_gamma(torch.full((100000,), a, dtype=DT), g).numpy()
+        assert stats.kstest(x, stats.gamma(a).cdf).pvalue > 1e-3
+    # d E[x0] / da = 1 and d E[log x0] / da = psi'(a): the reparameterised draws give them in expectation
+    a = torch.tensor(3.0, dtype=DT, requires_grad=True)
+    x0 = standard_gamma(torch.full((200000,), 3.0, dtype=DT), g)
+    x = reparam_standard_gamma(a.expand(200000), x0)
+    (gm,) = torch.autograd.grad(x.mean(), a, retain_graph=True)
+    (gl,) = torch.autograd.grad(x.log().mean(), a)
+    assert float(gm) == pytest.approx(1.0, abs=0.01)
+    assert float(gl) == pytest.approx(float(torch.polygamma(1, torch.tensor(3.0))), rel=0.02)
+
+
+def test_scale_prior_elbo_term_is_minus_the_gamma_kl_in_expectation():
+    net = InducingNet([2, 3, 1], "rand_gi", "scale", n_inducing=4)
+    g = torch.Generator().manual_seed(0)
+    params = net.init_params(1, g, "cpu", DT)
+    params["l0.scale_log_shape"] = torch.tensor([0.5], dtype=DT)
+    params["l0.scale_log_rate"] = torch.tensor([1.5], dtype=DT)
+    prior = net.priors[0]
+    p = net.layer_params(params, 0)
+    S = 400000
+    alpha, lpq = prior.prec(p, prior.noise(p, S, g), 1, S, params["U0"])
+    a_q, b_q = prior.q_scale(p)
+    kl = kl_gamma(a_q, b_q, torch.tensor(2.0, dtype=DT), torch.tensor(2.0, dtype=DT))
+    assert float(-lpq.mean()) == pytest.approx(float(kl), abs=4 * float(lpq.std()) / math.sqrt(S))
+    # alpha = fan_in x^(-1/2): E[alpha] = fan_in b^(1/2) Gamma(a - 1/2) / Gamma(a)
+    ref = 3 * float(b_q.sqrt() * torch.exp(torch.lgamma(a_q - 0.5) - torch.lgamma(a_q)))
+    assert float(alpha.mean()) == pytest.approx(ref, rel=0.01)
+
+
+def test_unknown_prior_and_family_are_clear_errors():
+    with pytest.raises(ValueError, match="valid priors: standard, neal, scale"):
+        METHODS["gi"]({"prior": "nosuch"}, MLP([2, 1]), "gaussian")
+    with pytest.raises(ValueError, match="valid: fac, li, gi, fac_gi, rand_gi"):
+        InducingNet([2, 1], "nosuch", "neal")
+    np.testing.assert_equal(sorted(n for n in METHODS if n in ("fac", "li", "gi", "fac_gi", "rand_gi")),
+                            ["fac", "fac_gi", "gi", "li", "rand_gi"])
