@@ -54,6 +54,8 @@ def make_problem(spec: RunSpec, model: MLP, data: ReplicaData, hparams: list[dic
     prior = lam[:, None].expand(R, model.n_params).clone()
     if spec.bias_prior_prec is not None:
         prior[:, model.bias_mask(dev)] = float(spec.bias_prior_prec)
+    if spec.prior_scaling == "fan_in":
+        prior = prior * (model.fan_in(dev, dt) + 1)
     noise = y_scale = None
     if spec.likelihood == "gaussian":
         y_scale = data.replica("y_std")

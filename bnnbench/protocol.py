@@ -54,6 +54,7 @@ class RunSpec:
     stages: list | None = None        # [{"split": name, "epochs": n}, ...]: train on each split in turn, state kept
     subset: dict | None = None        # {"train": n, "test": m}: the first rows of each split only (fast protocols)
     steps: int | None = None          # gradient steps in place of ``epochs`` (``epochs_for``)
+    prior_scaling: str | None = None  # "fan_in": a layer's prior precision times (fan-in + 1), Neal's prior
     save_predictive: bool | None = None  # regression: store the predictive mean and variance at the test rows (True)
 
     def epochs_for(self, n_train_max: int) -> int:
@@ -85,6 +86,12 @@ def _typed_method(node, method: dict, protocol: str) -> dict:
         return OmegaConf.to_container(OmegaConf.merge(node, method), resolve=True)
     except OmegaConfBaseException as e:
         raise ConfigError(f"protocol {protocol!r}, method.{e.full_key}: {str(e).splitlines()[0]}") from None
+
+
+def _prior_scaling(value) -> str | None:
+    if value not in (None, "fan_in"):
+        raise ConfigError(f"protocol.prior_scaling must be fan_in or null, got {value!r}")
+    return value
 
 
 def _stages(stages) -> list | None:
@@ -203,6 +210,7 @@ def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None
                    eval_samples_final=int(proto.eval_samples_final) if proto.get("eval_samples_final") else None,
                    stages=_stages(proto.get("stages")), steps=int(steps) if steps is not None else None,
                    save_predictive=True if proto.get("save_predictive") else None,
+                   prior_scaling=_prior_scaling(proto.get("prior_scaling")),
                    subset=OmegaConf.to_container(proto.subset) if proto.get("subset") else None,
                    splits=OmegaConf.to_container(proto.splits)
                    if isinstance(proto.get("splits"), DictConfig) or OmegaConf.is_list(proto.get("splits"))

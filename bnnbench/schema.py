@@ -31,6 +31,8 @@ class ProtocolSchema:
     normalize_y: bool = True
     noise_prec_units: str = "normalised"    # original | normalised: the units of tau in the search box
     bias_prior_prec: Optional[float] = None  # None: biases share the weights' prior precision
+    prior_scaling: Optional[str] = None     # fan_in: each layer's prior precision times its fan-in + 1 (Neal's prior,
+                                            # variance 1 / (d_in + 1) with the bias as an input)
     loglik: str = "joint"                   # the test log-likelihood convention the paper reports
     save_predictive: Optional[bool] = None  # regression: keep each split's predictive mean and variance at its test
                                             # rows (predictive.npz beside the record; figures, HMC comparisons)

@@ -57,3 +57,19 @@ def test_a_run_stores_its_predictive_and_elbo_and_the_figures_draw(tmp_path):
     shutil.copytree(tmp_path / "adhoc", tmp_path / "gi_fig1")
     assert main(["plot", "gi_fig1", "--runs-root", str(tmp_path), "--out", str(tmp_path / "fig")]) == 0
     assert (tmp_path / "fig" / "gi_fig1_predictive.png").stat().st_size > 10000
+
+
+def test_the_neal_prior_scaling_gives_each_layer_the_precision_fan_in_plus_one():
+    from bnnbench.config import compose
+    from bnnbench.fit import program, FitOptions
+    from bnnbench.protocol import resolve
+    ov = ["method=hmc", "data=synthetic/gap_cubic", "protocol=gi_toy", "protocol.prior_scaling=fan_in"]
+    spec = resolve(compose(ov))
+    ds = load_dataset("synthetic/gap_cubic")
+    s = ds.splits[0]
+    _, _, problem = program(spec, ds, [(s.train, s.test)], [0], [{"prior_prec": 2.0, "noise_prec": 1 / 9}],
+                            FitOptions(device=torch.device("cpu"), dtype=torch.float64))
+    sizes = [1, 50, 50, 1]
+    expect = torch.cat([torch.full(((a + 1) * b,), 2.0 * (a + 1), dtype=torch.float64)
+                        for a, b in zip(sizes[:-1], sizes[1:])])
+    assert torch.equal(problem.prior_prec[0], expect)
