@@ -68,11 +68,11 @@ def make_problem(spec: RunSpec, model: MLP, data: ReplicaData, hparams: list[dic
 def program(spec: RunSpec, ds, pairs, data_index, hparams, opts: FitOptions) -> tuple[Method, ReplicaData, Problem]:
     """The method, data and problem of one batched program: replica r fits ``pairs[data_index[r]]`` with
     ``hparams[r]``. A solved method's data are float64 whatever ``opts.dtype``: its solutions are fitted, cached
-    and compared in float64."""
+    and compared in float64; so are those of a method that asks for it (``Method.float64``: PBP)."""
     method = build_method(spec, ds)
     data = ReplicaData.build(ds.X, ds.y, pairs, data_index, spec.normalize_x,
                              spec.normalize_y and spec.task == "regression", device=opts.device,
-                             dtype=torch.float64 if method.solved else opts.dtype)
+                             dtype=torch.float64 if method.solved or method.float64 else opts.dtype)
     return method, data, make_problem(spec, method.model, data, hparams)
 
 

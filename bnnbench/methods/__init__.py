@@ -17,12 +17,13 @@ from bnnbench.methods.mc_dropout import MCDropout
 from bnnbench.methods.vadam import Vadam, Vprop
 from bnnbench.methods.vadam_matlab import VadamMatlab
 from bnnbench.methods.noisy import NoisyAdam, NoisyKFAC
+from bnnbench.methods.pbp import PBP
 from bnnbench.methods.slang import SLANG
 from bnnbench.methods.vogn import VOGN
 
 METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout, VOGN, Vadam, Vprop, SLANG, NoisyAdam,
                                                                 NoisyKFAC, FullGaussian, VadamMatlab, ExactFullGaussian,
-                                                                ExactMeanField)}
+                                                                ExactMeanField, PBP)}
 
 
 class UnknownMethodError(KeyError):
