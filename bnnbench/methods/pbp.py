@@ -4,7 +4,8 @@
 Model: each layer's pre-activation is z = (W h + b) / sqrt(d_in + 1), ReLU between layers, y = f(x) + eps,
 eps ~ N(0, 1/gamma); prior w ~ N(0, 1/lambda) on every weight and bias, lambda ~ Gamma(6, 6) and
 gamma ~ Gamma(6, 6) (shape, rate; normalised targets). Approximation: q(w) = prod_p N(w_p | m_p, v_p),
-q(gamma) = Gamma(a, b), q(lambda) = Gamma(a_lambda, b_lambda).
+q(gamma) = Gamma(a, b), q(lambda) = Gamma(a_lambda, b_lambda). Both precisions are learned: the run's fixed prior
+and noise precisions (``Problem``) are not used.
 
 Assumed density filtering, one data point at a time. The marginal likelihood of (x, y) under q, with the outputs'
 mean and variance propagated through the network (``layer_moments``, ``relu_moments``) and the Student-t over gamma
