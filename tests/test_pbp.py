@@ -157,3 +157,22 @@ def test_wrapped_rows_are_skipped_and_each_replica_refines_its_own_prior_alone()
         assert refined.tolist() == ([False, True, False] if k == 0 else [True, False, True])
         state = new
     assert state["pos"].tolist() == [0, 0, 0] and not torch.equal(state["prior_a"], prior0)
+
+
+def test_a_float32_run_gives_pbp_float64_data_and_state():
+    """``dtype=float32`` (the default) still trains PBP in float64 (``Method.float64``; ``fit.program``)."""
+    from types import SimpleNamespace
+
+    from bnnbench.fit import FitOptions, program
+    from bnnbench.protocol import RunSpec
+    rng = np.random.default_rng(0)
+    ds = SimpleNamespace(X=rng.normal(size=(30, 3)), y=rng.normal(size=30))
+    spec = RunSpec(method=OmegaConf.structured(METHODS["pbp"].Config), model_hidden=[4], activation="relu",
+                   task="regression", likelihood="gaussian", epochs=1, batch_size=5, eval_samples=2, eval_every=None,
+                   normalize_x=True, normalize_y=True, noise_prec_units="normalised", bias_prior_prec=None,
+                   loglik="pointwise")
+    opts = FitOptions(device=torch.device("cpu"), dtype=torch.float32)
+    method, data, problem = program(spec, ds, [(np.arange(20), np.arange(20, 30))], None,
+                                    [{"prior_prec": 1.0, "noise_prec": 1.0}], opts)
+    state = method.init(problem, torch.Generator().manual_seed(0))
+    assert data.x_train.dtype == DT and state["mean"].dtype == DT and state["noise_a"].dtype == DT
