@@ -13,11 +13,11 @@ taken as a Gaussian with the variance b / (a - 1),
 
     Z(a, b) = N(y | m_L(x), v_L(x) + b / (a - 1)),
 
-updates every weight by the moment-matching rules (PBP eqs. 5-6)
+updates every weight by the moment-matching rules of ADF (PBP_net network.py)
 
     m <- m + v d log Z / dm,        v <- v - v^2 [(d log Z / dm)^2 - 2 d log Z / dv],
 
-and q(gamma) by matching the tilted distribution's first two moments (PBP eqs. 7-8, ``gamma_moment_match``) from
+and q(gamma) by matching the tilted distribution's first two moments (``gamma_moment_match``) from
 Z(a, b), Z(a + 1, b), Z(a + 2, b). A weight update leaving a variance <= 1e-100 or a NaN keeps the old moments.
 After every pass over the data, the prior factors N(w_p | 0, 1/lambda) are refined by expectation propagation,
 one weight after another (``refine_prior``). A step processes its minibatch's points in order, all replicas at
@@ -54,7 +54,7 @@ class PBPConfig(MethodConfig):
 
 
 def relu_moments(m: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and variance of max(z, 0) for z ~ N(m, v) (PBP eqs. 13-14), alpha = m / sqrt(v):
+    """Mean and variance of max(z, 0) for z ~ N(m, v) (PBP_net network_layer.py), alpha = m / sqrt(v):
 
         E = Phi(alpha) (m + sqrt(v) r),   Var = E (m + sqrt(v) r) Phi(-alpha) + Phi(alpha) v (1 - r (r + alpha)),
 
@@ -72,7 +72,7 @@ def relu_moments(m: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.
 def layer_moments(m: torch.Tensor, v: torch.Tensor | None, W_m, b_m, W_v, b_v) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and variance of z = (h W + b) / sqrt(d_in + 1) for independent h ~ (m, v) ``[R, T, d_in]`` (``v``
     None: deterministic inputs) and factorised Gaussian weights ``W [R, d_in, d_out]``, ``b [R, d_out]``
-    (PBP eqs. 11-12):
+    (PBP_net network_layer.py):
 
         E z = (m W_m + b_m) / sqrt(d_in + 1),
         Var z = (m^2 W_v + v W_m^2 + v W_v + b_v) / (d_in + 1)."""
@@ -85,13 +85,13 @@ def layer_moments(m: torch.Tensor, v: torch.Tensor | None, W_m, b_m, W_v, b_v) -
 
 
 def gaussian_moment_match(m, v, dlogz_dm, dlogz_dv):
-    """The mean and variance of N(m, v) times a factor with normaliser Z(m, v) (PBP eqs. 5-6)."""
+    """The mean and variance of N(m, v) times a factor with normaliser Z(m, v) (the ADF rules PBP uses)."""
     return m + v * dlogz_dm, v - v * v * (dlogz_dm * dlogz_dm - 2 * dlogz_dv)
 
 
 def gamma_moment_match(a, b, log_z0, log_z1, log_z2):
     """Shape and rate of the Gamma with the mean and variance of Gamma(gamma | a, b) f(gamma) / Z(a, b), given
-    log Z(a, b), log Z(a + 1, b), log Z(a + 2, b) (PBP eqs. 7-8): E gamma = (a / b) Z1 / Z0,
+    log Z(a, b), log Z(a + 1, b), log Z(a + 2, b): E gamma = (a / b) Z1 / Z0,
     E gamma^2 = a (a + 1) / b^2 Z2 / Z0, so
 
         a' = [Z0 Z2 / Z1^2 (a + 1) / a - 1]^-1,      b' = [Z2 / Z1 (a + 1) / b - Z1 / Z0 a / b]^-1."""
@@ -200,8 +200,8 @@ class PBP(Method):
         return order
 
     def refine_prior(self, state: State, where: torch.Tensor) -> State:
-        """One EP sweep over the prior factors N(w_p | 0, 1/lambda) Gamma(lambda), one weight after another (PBP
-        Sec. 3.3; PBP_net prior.py), for the replicas ``where``. Each weight: the cavity q / site in w_p and in
+        """One EP sweep over the prior factors N(w_p | 0, 1/lambda) Gamma(lambda), one weight after another
+        (PBP_net prior.py), for the replicas ``where``. Each weight: the cavity q / site in w_p and in
         lambda; the tilted distribution's moments from Z = N(m_cav | 0, v_cav + b_cav / (a_cav - 1)) as in the ADF
         update; the site becomes the new q over the cavity. Skipped where the cavity is improper
         (v_cav <= 0 or >= 1e6, b_cav <= 0, a_cav <= 1)."""
