@@ -70,10 +70,15 @@ def make_problem(spec: RunSpec, model: MLP, data: ReplicaData, hparams: list[dic
 def program(spec: RunSpec, ds, pairs, data_index, hparams, opts: FitOptions) -> tuple[Method, ReplicaData, Problem]:
     """The method, data and problem of one batched program: replica r fits ``pairs[data_index[r]]`` with
     ``hparams[r]``. A solved method's data are float64 whatever ``opts.dtype``: its solutions are fitted, cached
-    and compared in float64."""
+    and compared in float64; so are those of a method that asks for it (``Method.float64``: PBP)."""
     method = build_method(spec, ds)
-    data = replica_data(spec, ds, pairs, data_index, opts.device, torch.float64 if method.solved else opts.dtype)
+    data = replica_data(spec, ds, pairs, data_index, opts.device, data_dtype(method, opts.dtype))
     return method, data, make_problem(spec, method.model, data, hparams)
+
+
+def data_dtype(method: Method, dtype: torch.dtype) -> torch.dtype:
+    """float64 for a solved method and one that asks for it (``Method.float64``), else the run's ``dtype``."""
+    return torch.float64 if method.solved or method.float64 else dtype
 
 
 def replica_data(spec: RunSpec, ds, pairs, data_index, device, dtype) -> ReplicaData:
@@ -115,7 +120,7 @@ def predictive(spec: RunSpec, ds, pairs, res: TrainResult, opts: FitOptions, gen
     """Each split's regression predictive at its test rows (``engine.predictive_moments``, original units) with the
     rows' inputs and targets: arrays ``mean, var_f, noise_var, y [R, T]``, ``x [R, T, D]`` and ``n_test [R]`` (rows
     past a split's ``n_test`` are padding)."""
-    data = replica_data(spec, ds, pairs, list(range(len(pairs))), opts.device, opts.dtype)
+    data = replica_data(spec, ds, pairs, list(range(len(pairs))), opts.device, data_dtype(res.method, opts.dtype))
     mean, var_f, noise_var = predictive_moments(res.method, res.state, data,
                                                 spec.eval_samples_final or spec.eval_samples, generator)
     x = torch.nn.utils.rnn.pad_sequence([torch.as_tensor(ds.X[te]) for _, te in pairs], batch_first=True)

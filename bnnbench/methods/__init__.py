@@ -20,6 +20,7 @@ from bnnbench.methods.mc_dropout import MCDropout
 from bnnbench.methods.vadam import Vadam, Vprop
 from bnnbench.methods.vadam_matlab import VadamMatlab
 from bnnbench.methods.noisy import NoisyAdam, NoisyKFAC
+from bnnbench.methods.pbp import PBP
 from bnnbench.methods.slang import SLANG
 from bnnbench.methods.vogn import VOGN
 
@@ -27,7 +28,7 @@ METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropou
                                                                 NoisyKFAC, FullGaussian, VadamMatlab, ExactFullGaussian,
                                                                 ExactMeanField, Factorised, LocalInducing,
                                                                 GlobalInducing, FactorisedGlobalInducing,
-                                                                RandomGlobalInducing, HMC)}
+                                                                RandomGlobalInducing, HMC, PBP)}
 
 
 class UnknownMethodError(KeyError):

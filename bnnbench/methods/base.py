@@ -85,6 +85,8 @@ class Method:
     # ``Problem.hparams`` entry ``[R]`` (``fit.make_problem`` builds them from the replicas' hyper-parameters)
     replica_hparams: tuple[str, ...] = ()
     solved = False  # True: the harness calls ``solve`` once instead of ``update`` in a training loop
+    # True: the run's data and state are float64 whatever its ``dtype`` (solved methods are, always)
+    float64 = False
     # False where ``step`` builds no autograd graph: ``update`` then runs in inference mode (~10% less per-op
     # overhead at UCI scale), and the state it returns holds inference tensors
     needs_autograd = True
