@@ -18,12 +18,10 @@ import math
 import torch
 
 
-def posterior_prec(U: torch.Tensor, lam: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """U^T diag(lam) U + alpha I for ``U [..., P, D]``, ``lam [..., P]`` and ``alpha`` broadcasting to ``[...]``."""
-    D = U.shape[-1]
-    prec = (U * lam.unsqueeze(-1)).mT @ U
-    eye = torch.eye(D, device=U.device, dtype=U.dtype)
-    return prec + alpha[..., None, None] * eye
+def posterior_prec(U: torch.Tensor, lam: torch.Tensor, alpha) -> torch.Tensor:
+    """U^T diag(lam) U + alpha I for ``U [..., P, D]``, ``lam [..., P]`` and ``alpha`` broadcasting to ``[...]`` (or
+    + A for a ``KroneckerPrec``)."""
+    return add_prior((U * lam.unsqueeze(-1)).mT @ U, alpha)
 
 
 def sample_weights(U: torch.Tensor, lam: torch.Tensor, V: torch.Tensor, alpha: torch.Tensor,
@@ -31,17 +29,42 @@ def sample_weights(U: torch.Tensor, lam: torch.Tensor, V: torch.Tensor, alpha: t
     """A draw W ``[..., D, out]`` of q(W) and log p(W) - log q(W) ``[...]``.
 
     ``U [..., P, D]`` (inducing inputs with the bias column), ``lam [..., P]``, ``V [..., P, out]``, ``alpha [...]``
-    the prior precision, ``z [..., D, out]`` standard normal draws; the leading axes broadcast (replica, sample).
-    The normalising constants (2 pi)^(-D out / 2) of p and q cancel and are left out of both.
+    the prior precision (or a ``KroneckerPrec``), ``z [..., D, out]`` standard normal draws; the leading axes
+    broadcast (replica, sample).
     """
-    prec = posterior_prec(U, lam, alpha)
-    L = torch.linalg.cholesky(prec)
-    rhs = (U * lam.unsqueeze(-1)).mT @ V
-    mean = torch.cholesky_solve(rhs, L)
+    L = torch.linalg.cholesky(posterior_prec(U, lam, alpha))
+    return _draw(L, (U * lam.unsqueeze(-1)).mT @ V, alpha, z)
+
+
+def sample_weights_from_stats(ULU: torch.Tensor, ULV: torch.Tensor, prior, z: torch.Tensor
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sample_weights`` from the regression's sufficient statistics U^T Lambda U ``[..., D, D]`` and
+    U^T Lambda V ``[..., D, out]`` (a convolution's come from ``autocorrelation``)."""
+    return _draw(torch.linalg.cholesky(add_prior(ULU, prior)), ULV, prior, z)
+
+
+def add_prior(ULU: torch.Tensor, prior) -> torch.Tensor:
+    """U^T Lambda U + A for the prior precision A = alpha I (``prior`` a tensor ``[...]``) or a ``KroneckerPrec``."""
+    if isinstance(prior, torch.Tensor):
+        eye = torch.eye(ULU.shape[-1], device=ULU.device, dtype=ULU.dtype)
+        return ULU + prior[..., None, None] * eye
+    return ULU + prior.dense()
+
+
+def _draw(L: torch.Tensor, ULV: torch.Tensor, prior, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """W = mean + L^-T z with the posterior precision L L^T, and
+
+        log p(W) = -1/2 sum_j w_j^T A w_j + out/2 log det A,   log q(W) = -1/2 |z|^2 + out sum log diag L.
+
+    The normalising constants (2 pi)^(-D out / 2) of p and q cancel and are left out of both."""
+    mean = torch.cholesky_solve(ULV, L)
     W = mean + torch.linalg.solve_triangular(L.mT, z, upper=True)
     D, out = W.shape[-2], W.shape[-1]
     log_q = -0.5 * (z * z).sum((-1, -2)) + out * L.diagonal(dim1=-2, dim2=-1).log().sum(-1)
-    log_p = -0.5 * alpha * (W * W).sum((-1, -2)) + 0.5 * D * out * torch.log(alpha)
+    if isinstance(prior, torch.Tensor):
+        log_p = -0.5 * prior * (W * W).sum((-1, -2)) + 0.5 * D * out * torch.log(prior)
+    else:
+        log_p = -0.5 * prior.quad(W) + 0.5 * out * prior.logdet()
     return W, log_p - log_q
 
 
