@@ -27,6 +27,14 @@ def kernel_offsets(k: int, device) -> torch.Tensor:
     return a[:, None] - a[None, :] + k - 1
 
 
+def circular_pad(x: torch.Tensor, n: int) -> torch.Tensor:
+    """``x [..., H, W]`` extended by ``n`` pixels on every side with x[i mod H, j mod W] (wrapping more than once
+    where n exceeds the image, as after pooling to 1 x 1)."""
+    rows = torch.arange(-n, x.shape[-2] + n, device=x.device) % x.shape[-2]
+    cols = torch.arange(-n, x.shape[-1] + n, device=x.device) % x.shape[-1]
+    return x[..., rows, :][..., cols]
+
+
 def autocorrelation(X: torch.Tensor, Y: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """U^T Lambda U ``[..., C k^2, C k^2]`` and U^T Lambda V ``[..., C k^2, O]`` for the inducing feature maps
     ``X = lambda^(1/2) U [..., P, C, H, W]`` and pseudo-outputs ``Y = lambda^(1/2) V`` (broadcasting to
@@ -39,7 +47,7 @@ def autocorrelation(X: torch.Tensor, Y: torch.Tensor, k: int) -> tuple[torch.Ten
     G = lead.numel()
     X, Y = X.reshape(G, P, C, H, W_), Y.reshape(G, P, O, H, W_)
     inputs = X.permute(2, 0, 1, 3, 4).reshape(C, G * P, H, W_)
-    padded = F.pad(inputs, 4 * [k - 1], mode="circular")
+    padded = circular_pad(inputs, k - 1)
     XX = F.conv2d(padded, X.transpose(1, 2).reshape(G * C, P, H, W_), groups=G)   # [C, G C, 2k - 1, 2k - 1]
     h = (k - 1) // 2
     cut = padded[..., h:h + H + k - 1, h:h + W_ + k - 1]
@@ -50,9 +58,3 @@ def autocorrelation(X: torch.Tensor, Y: torch.Tensor, k: int) -> tuple[torch.Ten
     ULV = XY.reshape(C, G, O, k, k).permute(1, 0, 3, 4, 2).reshape(G, C * k * k, O)
     return ULU.reshape(*lead, C * k * k, C * k * k), ULV.reshape(*lead, C * k * k, O)
 
-
-def circular_patches(X: torch.Tensor, k: int) -> torch.Tensor:
-    """The explicit patch matrix ``[N, H W, C k^2]`` of ``X [N, C, H, W]`` with circular boundaries (the dense
-    reference of ``autocorrelation``)."""
-    h = (k - 1) // 2
-    return F.unfold(F.pad(X, 4 * [h], mode="circular"), k).mT

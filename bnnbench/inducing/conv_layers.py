@@ -52,7 +52,10 @@ class Conv:
 
     def apply_marginal(self, h, mean, var, noise):
         mu = conv2d_samples(h, mean.unsqueeze(1), self.kernel, self.padding)
-        return mu + conv2d_samples(h * h, var.unsqueeze(1), self.kernel, self.padding).clamp_min(0).sqrt() * noise
+        v = conv2d_samples(h * h, var.unsqueeze(1), self.kernel, self.padding)
+        # patches of zeros (no bias input: zero padding, dead ReLUs) have v = 0, where sqrt's derivative is infinite
+        positive = v > 0
+        return mu + torch.where(positive, v, 1.0).sqrt() * positive * noise
 
 
 class FactorisedConv(Conv, Factorised):
@@ -94,9 +97,13 @@ class GlobalInducingConv(Conv, Inducing):
         root = (0.5 * self.log_prec_lr * params["log_prec"]).exp()[..., None, None, None]   # Lambda^(1/2)
         return autocorrelation(root.unsqueeze(1) * U, (root * params["pseudo_out"]).unsqueeze(1), self.kernel)
 
-    def forward(self, params, h, alpha, noise, n_inducing):
+    def weights(self, params, h, alpha, noise, n_inducing):
+        """A draw W ``[R, S, D, out]`` and its log p - log q ``[R, S]``, given the inducing rows of ``h``."""
         ULU, ULV = self.regression_stats(params, h[:, :, :n_inducing])
-        W, logpq = sample_weights_from_stats(ULU, ULV, alpha, noise)
+        return sample_weights_from_stats(ULU, ULV, alpha, noise)
+
+    def forward(self, params, h, alpha, noise, n_inducing):
+        W, logpq = self.weights(params, h, alpha, noise, n_inducing)
         return self.apply(h, W), logpq
 
 

@@ -137,7 +137,8 @@ class InducingFamily(Method):
         U0 = params["U0"]
         m = min(U0.shape[1], batch.x.shape[1])
         mask = first[:, None, None]
-        params = {**params, "U0": torch.where(mask, torch.cat([batch.x[:, :m], U0[:, m:]], 1), U0)}
+        x = batch.x[:, :m].reshape(U0.shape[0], m, -1)
+        params = {**params, "U0": torch.where(mask, torch.cat([x, U0[:, m:]], 1), U0)}
         if self.likelihood == "categorical":
             key = f"l{len(self.net.layers) - 1}.pseudo_out"
             V = params[key]
