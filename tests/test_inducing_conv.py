@@ -323,3 +323,29 @@ def test_cifar10_end_to_end_writes_a_record_with_test_ll_and_accuracy(tmp_path, 
     (m,) = rec["metrics"]
     assert math.isfinite(m["loglik_pointwise"]) and 0.0 <= m["error"] <= 1.0
     assert on_disk["summary"]["error"]["n"] == 1
+
+
+def test_dual_regression_draws_are_the_posterior_affine_in_their_noise():
+    """P < D: W(z, eps) of ``sample_weights_dual`` is affine in the noise, W = mean + B [z; eps]; its offset is the
+    dense posterior mean, B B^T the dense posterior covariance (so W ~ q(W) exactly), and log p - log q at a draw the
+    dense Gaussian densities'."""
+    from bnnbench.inducing.blr import sample_weights_dual
+    g = torch.Generator().manual_seed(10)
+    P, Dl = 3, 6
+    U = torch.randn(P, Dl, generator=g, dtype=DT)
+    lam = torch.rand(P, generator=g, dtype=DT) + 0.2
+    V = torch.randn(P, 1, generator=g, dtype=DT)
+    alpha = torch.tensor(2.5, dtype=DT)
+    prec = (U.T @ (lam[:, None] * U) + alpha * torch.eye(Dl, dtype=DT)).numpy()
+    mean = np.linalg.solve(prec, (U.T @ (lam[:, None] * V)).numpy())
+    basis = torch.eye(Dl + P, dtype=DT)
+    draws = torch.stack([sample_weights_dual(U, lam, V, alpha, e[:Dl, None], e[Dl:, None])[0][:, 0]
+                         for e in torch.cat([torch.zeros(1, Dl + P, dtype=DT), basis])])
+    offset, B = draws[0].numpy(), (draws[1:] - draws[0]).T.numpy()
+    np.testing.assert_allclose(offset, mean[:, 0], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(B @ B.T, np.linalg.inv(prec), rtol=1e-10, atol=1e-12)
+    z, eps = torch.randn(Dl, 1, generator=g, dtype=DT), torch.randn(P, 1, generator=g, dtype=DT)
+    Wd, logpq = sample_weights_dual(U, lam, V, alpha, z, eps)
+    ref = (_mvn_logpdf_cols(Wd.numpy(), np.zeros((Dl, 1)), float(alpha) * np.eye(Dl))
+           - _mvn_logpdf_cols(Wd.numpy(), mean, prec))
+    assert float(logpq) == pytest.approx(ref, rel=1e-10)

@@ -25,6 +25,7 @@ VARIANTS = {
     "vogn_ggn": ("vogn", dict(curvature="ggn")),
     "slang_rnd": ("slang", dict(rank=2, decay_lr=0.0, momentum=0.0, eig="randomized", n_iter=4, oversample=2)),
     "full_gaussian_ggn": ("full_gaussian", dict(curvature="ggn")),
+    "gi_dual": ("gi", dict(inducing=3)),  # fewer inducing points than weight rows: the P x P regression
     # global inducing's convolutional networks on 1 x 4 x 4 images (2 channels), one per family, every conv prior
     "gi_resnet8": ("gi", dict(arch="resnet8", image_shape=[1, 4, 4], channels=2, inducing=3, prior="spatial_iw")),
     "fac_gi_resnet8": ("fac_gi", dict(arch="resnet8", image_shape=[1, 4, 4], channels=2, inducing=3, prior="scale")),

@@ -79,6 +79,8 @@ class LocalInducingConv(Conv, Inducing):
 
 
 class GlobalInducingConv(Conv, Inducing):
+    dual = False  # the regression has P H W rows, its statistics come from ``autocorrelation``
+
     def __init__(self, c_in, c_out, kernel, padding, in_hw, n_inducing: int, log_prec_init: float = -4.0,
                  log_prec_lr: float = 1.0):
         self.conv_init(c_in, kernel, padding, in_hw)

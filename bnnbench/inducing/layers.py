@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from bnnbench.inducing.blr import sample_weights
+from bnnbench.inducing.blr import sample_weights, sample_weights_dual
 
 
 class Layer:
@@ -114,13 +114,28 @@ class Inducing(Layer):
         """Lambda = diag(exp(log_prec_lr * log_prec)) ``[R, P]``."""
         return (self.log_prec_lr * params["log_prec"]).exp()
 
+    @property
+    def dual(self) -> bool:
+        """Fewer inducing points than weight rows: the regression in P x P algebra (``blr.sample_weights_dual``,
+        which draws a pseudo-noise besides W's)."""
+        return self.P < self.D
+
+    def noise(self, params, R, S, rows, generator, like):
+        z = super().noise(params, R, S, rows, generator, like)
+        if not self.dual:
+            return z
+        return z, torch.randn(R, S, self.P, self.d_out, generator=generator, device=like.device, dtype=like.dtype)
+
     def inducing_inputs(self, params, h, n_inducing):
         return params["inputs"].unsqueeze(1) if self.local else h[:, :, :n_inducing]
 
     def forward(self, params, h, alpha, noise, n_inducing):
         U = self.inducing_inputs(params, h, n_inducing)
-        W, logpq = sample_weights(U, self.pseudo_prec(params).unsqueeze(1), params["pseudo_out"].unsqueeze(1),
-                                  alpha, noise)
+        lam, V = self.pseudo_prec(params).unsqueeze(1), params["pseudo_out"].unsqueeze(1)
+        if self.dual:
+            W, logpq = sample_weights_dual(U, lam, V, alpha, *noise)
+        else:
+            W, logpq = sample_weights(U, lam, V, alpha, noise)
         return self.apply(h, W), logpq
 
 
