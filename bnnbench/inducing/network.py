@@ -129,7 +129,8 @@ class InducingNet:
 
     def forward(self, params, x: torch.Tensor, noise: list) -> tuple[torch.Tensor, torch.Tensor]:
         """Outputs ``[R, S, B, d_out]`` for ``x [R, B, d_0]`` (images flat or not) and log p - log q ``[R, S]``."""
-        R, S = x.shape[0], noise[0][1].shape[1]
+        eps = noise[0][1]
+        R, S = x.shape[0], (eps[0] if isinstance(eps, tuple) else eps).shape[1]
         x = x.reshape(R, x.shape[1], -1)
         h = x.unsqueeze(1).expand(R, S, *x.shape[1:])
         if self.n_inducing:
