@@ -321,7 +321,7 @@ def test_cifar10_end_to_end_writes_a_record_with_test_ll_and_accuracy(tmp_path, 
     method = on_disk["config"]["spec"]["method"]
     assert method["arch"] == "resnet8" and method["prior"] == "spatial_iw" and method["image_shape"] == []
     (m,) = rec["metrics"]
-    assert math.isfinite(m["loglik_pointwise"]) and 0.0 <= m["error"] <= 1.0
+    assert math.isfinite(m["loglik_pointwise"]) and 0.0 <= m["accuracy"] <= 1.0 and m["accuracy"] == 1 - m["error"]
     assert on_disk["summary"]["error"]["n"] == 1
 
 
