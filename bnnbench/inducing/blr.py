@@ -8,7 +8,10 @@ output column w_j of W (D x out) has
 
 the posterior of w_j given the pseudo-data (U, v_j) with noise precisions Lambda. A draw is w = mean + L^-T z with
 prec = L L^T and z ~ N(0, I); its single-sample ELBO term log p(w) - log q(w) is what ``bayesfunc`` (the authors'
-library) uses: at the exact posterior it equals log evidence - log likelihood for every draw.
+library) uses: at the exact posterior it equals log evidence - log likelihood for every draw. The prior precision may
+also be a convolution's ``KroneckerPrec`` (alpha I replaced by A); a convolution's U^T Lambda U and U^T Lambda V come
+from ``autocorrelation`` (``sample_weights_from_stats``); with fewer inducing points than rows the draw is made in
+P x P algebra (``sample_weights_dual``).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from bnnbench.inducing.modules import WEIGHT_LAYERS, Conv2d, Linear, Residual
 from bnnbench.inducing.priors import LayerPrior
 
 FAMILIES = ("fac", "li", "gi", "fac_gi", "rand_gi")
+BELOW_GI_OUTPUT = {"fac_gi": "fac", "rand_gi": "prior"}  # the lower layers' role where only the output layer is gi
 ACTIVATIONS = ("relu", "linear")
 
 
@@ -85,8 +86,7 @@ class InducingNet:
         self.layers, self.priors = [], []
         for i, (spec, shape) in enumerate(specs):
             last = i == len(specs) - 1
-            role = family if family in ("fac", "li", "gi") else ("gi" if last else family[:-3])
-            role = "prior" if role == "rand" else role
+            role = family if family not in BELOW_GI_OUTPUT else ("gi" if last else BELOW_GI_OUTPUT[family])
             lp = out_log_prec_init if (last and out_log_prec_init is not None) else log_prec_init
             layer = weight_layer(spec, shape, role, n_inducing=n_inducing, local_reparam=local_reparam,
                                  var_init_mult=var_init_mult, log_prec_init=lp, log_prec_lr=log_prec_lr)
