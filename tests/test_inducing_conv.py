@@ -65,14 +65,16 @@ def _mvn_logpdf_cols(Wt, mean, prec):
     return sum(stats.multivariate_normal(mean[:, j], cov).logpdf(Wt[:, j]) for j in range(Wt.shape[1]))
 
 
-def test_autocorrelation_equals_the_products_of_explicit_circular_patches():
+@pytest.mark.parametrize("h,w,k", [(H, W, K), (2, 1, K), (1, 1, K), (6, 7, 5)])
+def test_autocorrelation_equals_the_products_of_explicit_circular_patches(h, w, k):
+    """Images larger and smaller than the kernel (pooled to 1 x 1: the patches wrap around more than once)."""
     g = torch.Generator().manual_seed(0)
-    X = torch.randn(R, S, 3, C, H, W, generator=g, dtype=DT)
-    Y = torch.randn(R, 1, 3, OUT, H, W, generator=g, dtype=DT)
-    ULU, ULV = autocorrelation(X, Y, K)
+    X = torch.randn(R, S, 3, C, h, w, generator=g, dtype=DT)
+    Y = torch.randn(R, 1, 3, OUT, h, w, generator=g, dtype=DT)
+    ULU, ULV = autocorrelation(X, Y, k)
     for r in range(R):
         for s in range(S):
-            Phi = np.concatenate([patches(x, K, circular=True) for x in X[r, s].numpy()])
+            Phi = np.concatenate([patches(x, k, circular=True) for x in X[r, s].numpy()])
             Yr = np.concatenate([y.reshape(OUT, -1).T for y in Y[r, 0].numpy()])
             np.testing.assert_allclose(ULU[r, s].numpy(), Phi.T @ Phi, rtol=1e-12, atol=1e-12)
             np.testing.assert_allclose(ULV[r, s].numpy(), Phi.T @ Yr, rtol=1e-12, atol=1e-12)

@@ -48,13 +48,16 @@ def autocorrelation(X: torch.Tensor, Y: torch.Tensor, k: int) -> tuple[torch.Ten
     X, Y = X.reshape(G, P, C, H, W_), Y.reshape(G, P, O, H, W_)
     inputs = X.permute(2, 0, 1, 3, 4).reshape(C, G * P, H, W_)
     padded = circular_pad(inputs, k - 1)
-    XX = F.conv2d(padded, X.transpose(1, 2).reshape(G * C, P, H, W_), groups=G)   # [C, G C, 2k - 1, 2k - 1]
+    # offsets d1 >= 0 only (k of the 2k - 1 rows): the others are XX_{c c'}(-d) = XX_{c' c}(d)
+    XX = F.conv2d(padded[..., k - 1:, :], X.transpose(1, 2).reshape(G * C, P, H, W_), groups=G)  # [C, G C, k, 2k-1]
+    XX = XX.reshape(C, G, C, k, 2 * k - 1).transpose(0, 1)                                       # [G, C, C, k, 2k-1]
+    XX = torch.cat([XX.transpose(1, 2)[..., 1:, :].flip(-2, -1), XX], dim=-2)                  # [G, C, C, 2k-1, 2k-1]
     h = (k - 1) // 2
     cut = padded[..., h:h + H + k - 1, h:h + W_ + k - 1]
     XY = F.conv2d(cut, Y.transpose(1, 2).reshape(G * O, P, H, W_), groups=G)      # [C, G O, k, k]
     d = kernel_offsets(k, X.device)
-    XX = XX.reshape(C, G, C, 2 * k - 1, 2 * k - 1)[..., d, :][..., d]             # [C, G, C, k, k, k, k]
-    ULU = XX.permute(1, 0, 3, 5, 2, 4, 6).reshape(G, C * k * k, C * k * k)
+    XX = XX[..., d, :][..., d]                                                     # [G, C, C, k, k, k, k]
+    ULU = XX.permute(0, 1, 3, 5, 2, 4, 6).reshape(G, C * k * k, C * k * k)
     ULV = XY.reshape(C, G, O, k, k).permute(1, 0, 3, 4, 2).reshape(G, C * k * k, O)
     return ULU.reshape(*lead, C * k * k, C * k * k), ULV.reshape(*lead, C * k * k, O)
 
