@@ -292,6 +292,7 @@ def test_architectures_have_the_papers_layers():
     assert [type(x) for x in modules] == [m.Conv2d, m.ReLU, m.MaxPool, m.Conv2d, m.ReLU, m.MaxPool, m.Conv2d, m.ReLU,
                                           m.Flatten, m.Linear]
     assert [layer.D for layer in net.layers] == [9, 64 * 9, 64 * 9, 64 * 7 * 7 + 1]
+    assert net.activation_width() == 64 * 28 * 28   # the first convolution's maps: what evaluation chunks by
     with pytest.raises(ValueError, match="image shape"):
         build("resnet8", [3072, 10], [])
 

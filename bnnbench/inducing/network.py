@@ -17,6 +17,8 @@ order); the families are assigned to them as in the paper: every one factorised 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from bnnbench.inducing import conv_layers, layers
@@ -93,6 +95,14 @@ class InducingNet:
             self.layers.append(layer)
             self.priors.append(LayerPrior(prior, layer.D, spec.kernel ** 2 if isinstance(spec, Conv2d) else 1))
         self.n_inducing = int(n_inducing) if family in ("gi", "fac_gi", "rand_gi") else 0
+
+    def activation_width(self) -> int:
+        """The most elements of one input's activations after any module (the input included)."""
+        width, shape = math.prod(self.in_shape), self.in_shape
+        for m in self.modules:
+            shape = m.out_shape(shape)
+            width = max(width, math.prod(shape))
+        return width
 
     @property
     def output_dim(self) -> int:

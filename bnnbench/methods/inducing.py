@@ -102,6 +102,10 @@ class InducingFamily(Method):
                                var_init_mult=c.get("var_init_mult", 1e-3), log_prec_init=c.get("log_prec_init", -4.0),
                                out_log_prec_init=c.get("out_log_prec_init"), log_prec_lr=c.get("log_prec_lr", 1.0))
 
+    def activation_width(self) -> int:
+        """The largest module output of the network (a CNN's feature maps, not the protocol MLP's widths)."""
+        return self.net.activation_width()
+
     def learns_noise(self) -> bool:
         return self.likelihood == "gaussian" and bool(self.cfg.learn_noise)
 
