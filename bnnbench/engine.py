@@ -160,7 +160,8 @@ def evaluate(method: Method, state: State, data: ReplicaData, n_samples: int, ge
     images): the chunks draw independent samples in turn and are concatenated along the sample axis."""
     R = data.n_replicas
     t_max = data.x_eval.shape[1]
-    per_sample = t_max * method.activation_width()                 # largest activation of one sample
+    width = getattr(method, "activation_width", lambda: max(method.model.sizes))()  # Method's; duck-typed: the MLP's
+    per_sample = t_max * width                                      # largest activation of one sample
     chunk = max(1, max_elems // max(1, n_samples * per_sample))
     s_chunk = n_samples if chunk > 1 else max(1, min(n_samples, max_elems // max(1, per_sample)))
     out: dict[str, list[torch.Tensor]] = {}
