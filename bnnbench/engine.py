@@ -162,7 +162,8 @@ def _predictions(method: Method, state: State, data: ReplicaData, n_samples: int
     images): the chunks draw independent samples in turn and are concatenated along the sample axis."""
     R = data.n_replicas
     t_max = data.x_eval.shape[1]
-    per_sample = t_max * max(method.model.sizes)                  # largest activation of one sample
+    width = getattr(method, "activation_width", lambda: max(method.model.sizes))()  # Method's; duck-typed: the MLP's
+    per_sample = t_max * width                                      # largest activation of one sample
     chunk = max(1, max_elems // max(1, n_samples * per_sample))
     s_chunk = n_samples if chunk > 1 else max(1, min(n_samples, max_elems // max(1, per_sample)))
     with torch.no_grad():

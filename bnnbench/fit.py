@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from bnnbench.engine import History, ReplicaData, TrainResult, predictive_moments, train
 from bnnbench.methods import Method, Problem, method_class
@@ -43,7 +44,16 @@ def build_method(spec: RunSpec, ds):
     """The network and the method object of ``spec`` for data set ``ds``."""
     out_dim = 1 if spec.task != "multiclass" else int(ds.n_classes)
     model = MLP([int(np.prod(ds.X.shape[1:])), *spec.model_hidden, out_dim], spec.activation)
-    return method_class(spec.method.name)(spec.method, model, spec.likelihood)
+    cfg = spec.method
+    if "image_shape" in cfg and not cfg.image_shape and image_shape(ds):
+        cfg = OmegaConf.merge(cfg, {"image_shape": image_shape(ds)})
+    return method_class(spec.method.name)(cfg, model, spec.likelihood)
+
+
+def image_shape(ds) -> list[int]:
+    """(C, H, W) of an image data set's inputs (MNIST's (28, 28) as one channel); empty for tabular data."""
+    shape = list(ds.X.shape[1:]) if ds.X.ndim == 4 else list(ds.meta.get("image_shape", []))
+    return [1, *shape] if len(shape) == 2 else [int(s) for s in shape]
 
 
 def make_problem(spec: RunSpec, model: MLP, data: ReplicaData, hparams: list[dict]) -> Problem:

@@ -53,7 +53,8 @@ def regression_metrics(f: torch.Tensor, noise_prec: torch.Tensor, y: torch.Tenso
 
 def classification_metrics(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
                            n_bins: int = 15) -> dict[str, torch.Tensor]:
-    """Error, NLL (per-point predictive), joint log-likelihood and ECE from ``logits [R, S, T, K]``
+    """Error (and accuracy = 1 - error), NLL (per-point predictive), joint log-likelihood and ECE from
+    ``logits [R, S, T, K]``
     (``K = 1`` for a Bernoulli logit). Probabilities are averaged over samples before the argmax.
     ``error_se = sqrt(error (1 - error) / T)`` is the binomial standard error of the error rate on the
     T evaluation points: the uncertainty of a single run's error (SLANG Table 3 has one run per cell)."""
@@ -75,8 +76,8 @@ def classification_metrics(logits: torch.Tensor, y: torch.Tensor, mask: torch.Te
         cnt = inb.sum(-1).to(probs.dtype)
         gap = ((conf - correct) * inb).sum(-1).abs()
         ece = ece + torch.where(cnt > 0, gap, torch.zeros_like(gap)) / n
-    return {"error": error, "error_se": torch.sqrt(error * (1 - error) / n), "nll": -ll["loglik_pointwise"], **ll,
-            "ece": ece}
+    return {"error": error, "error_se": torch.sqrt(error * (1 - error) / n), "accuracy": 1.0 - error,
+            "nll": -ll["loglik_pointwise"], **ll, "ece": ece}
 
 
 def summarise(values) -> dict:

@@ -26,6 +26,14 @@ VARIANTS = {
     "slang_rnd": ("slang", dict(rank=2, decay_lr=0.0, momentum=0.0, eig="randomized", n_iter=4, oversample=2)),
     "full_gaussian_ggn": ("full_gaussian", dict(curvature="ggn")),
     "hmc_noise_jitter": ("hmc", dict(learn_noise=True, leapfrog_jitter=0.5, warmup=2, thin=1, keep=2)),
+    "gi_dual": ("gi", dict(inducing=3)),  # fewer inducing points than weight rows: the P x P regression
+    # global inducing's convolutional networks on 1 x 4 x 4 images (2 channels), one per family, every conv prior
+    "gi_resnet8": ("gi", dict(arch="resnet8", image_shape=[1, 4, 4], channels=2, inducing=3, prior="spatial_iw")),
+    "fac_gi_resnet8": ("fac_gi", dict(arch="resnet8", image_shape=[1, 4, 4], channels=2, inducing=3, prior="scale")),
+    "rand_gi_cnn": ("rand_gi", dict(arch="mnist500_cnn", image_shape=[1, 4, 4], channels=2, inducing=3,
+                                    prior="spatial_iw")),
+    "li_cnn": ("li", dict(arch="mnist500_cnn", image_shape=[1, 4, 4], channels=2, prior="spatial_iw")),
+    "fac_cnn": ("fac", dict(arch="mnist500_cnn", image_shape=[1, 4, 4], channels=2, prior="neal")),
 }
 CASES = {**{name: (name, {}) for name in STEPPED}, **VARIANTS}
 
@@ -57,13 +65,14 @@ def _problem(R, model, g):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_replica_update_equals_update_alone(case):
     g = torch.Generator().manual_seed(0)
-    model = MLP([4, 6, 1])
     name, settings = CASES[case]
+    d_in = int(np.prod(settings.get("image_shape", [4])))
+    model = MLP([d_in, 6, 1])
     method = METHODS[name](method_cfg(name, **settings), model, "gaussian")
     R = 3
     state = method.init(_problem(R, model, g), g)
     B = int(state["n_data"].max()) if method.full_batch else 5   # a full-batch method sees every row (HMC)
-    batch = Batch(x=torch.randn(R, B, 4, generator=g, dtype=DT), y=torch.randn(R, B, generator=g, dtype=DT),
+    batch = Batch(x=torch.randn(R, B, d_in, generator=g, dtype=DT), y=torch.randn(R, B, generator=g, dtype=DT),
                   n_data=state["n_data"])
     for _ in range(3):  # a few steps so that optimiser moments are non-trivial
         noise = method.noise(state, batch, g)

@@ -14,6 +14,10 @@ Families (Ober & Aitchison, 2020, Sec. 2-3 and App. C; the library's ``factorise
   ``[P, out]`` start at N(0, 1) draws, the pseudo-precisions at e^-4 (``log_prec_init``); ``log_prec_lr`` scales the
   stored log-precision (its effective learning rate).
 - ``PriorDraw``: q(W) = p(W), fresh prior draws, no KL (the lower layers of ``rand -> gi``).
+
+The prior precision ``alpha`` is alpha ``[R, S]`` (alpha I) or a ``precision.KroneckerPrec`` (the spatial prior of a
+convolution). ``apply`` maps the inputs through sampled weights; the convolutional families (``conv_layers``)
+override it and the weight rows (D = C k^2, no bias).
 """
 
 from __future__ import annotations
@@ -22,12 +26,24 @@ import math
 
 import torch
 
-from bnnbench.inducing.blr import sample_weights
+from bnnbench.inducing.blr import sample_weights, sample_weights_dual
 
 
 class Layer:
+    bias = 1  # a fully connected layer's inputs carry a column of ones
+
     def __init__(self, d_in: int, d_out: int):
-        self.d_in, self.d_out, self.D = int(d_in), int(d_out), int(d_in) + 1
+        self.d_in, self.d_out, self.D = int(d_in), int(d_out), int(d_in) + self.bias
+
+    def apply(self, h: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+        """h W for ``h [R, S, rows, D]`` and ``W [R, S, D, out]``."""
+        return h @ W
+
+    def apply_marginal(self, h, mean, var, noise):
+        """Pre-activations drawn from their marginal under q(W) = N(mean, diag(var)) ``[R, D, out]``:
+        h mean + ((h * h) var)^(1/2) eps."""
+        mu = h @ mean.unsqueeze(1)
+        return mu + ((h * h) @ var.unsqueeze(1)).clamp_min(0).sqrt() * noise
 
     def init_params(self, R, generator, device, dtype) -> dict[str, torch.Tensor]:
         return {}
@@ -58,15 +74,23 @@ class Factorised(Layer):
         scale = 1.0 / self.D
         mean, var = params["mean"] * scale ** 0.5, params["log_var"].exp() * scale
         if self.local_reparam:
-            mu = h @ mean.unsqueeze(1)
-            out = mu + ((h * h) @ var.unsqueeze(1)).clamp_min(0).sqrt() * noise
+            out = self.apply_marginal(h, mean, var, noise)
         else:
-            out = h @ (mean.unsqueeze(1) + var.sqrt().unsqueeze(1) * noise)
+            out = self.apply(h, mean.unsqueeze(1) + var.sqrt().unsqueeze(1) * noise)
+        return out, -factorised_kl(mean, var, alpha)
+
+
+def factorised_kl(mean: torch.Tensor, var: torch.Tensor, alpha) -> torch.Tensor:
+    """KL(N(mean, diag(var)) || N(0, A^-1)) ``[R, S]`` for ``mean, var [R, D, out]``, summed over the columns:
+    1/2 sum_j [tr(A diag(v_j)) + m_j^T A m_j - D - log det A - sum log v_j]."""
+    m2 = (mean * mean).unsqueeze(1)
+    v = var.unsqueeze(1)
+    if isinstance(alpha, torch.Tensor):
         a = alpha[..., None, None]
-        m2 = (mean * mean).unsqueeze(1)
-        v = var.unsqueeze(1)
-        kl = 0.5 * (a * (v + m2) - 1 - torch.log(a) - torch.log(v)).sum((-1, -2))
-        return out, -kl
+        return 0.5 * (a * (v + m2) - 1 - torch.log(a) - torch.log(v)).sum((-1, -2))
+    D, out = mean.shape[-2], mean.shape[-1]
+    trace = (alpha.diagonal().unsqueeze(-1) * v).sum((-1, -2))
+    return 0.5 * (trace + alpha.quad(mean.unsqueeze(1)) - D * out - out * alpha.logdet() - torch.log(v).sum((-1, -2)))
 
 
 class Inducing(Layer):
@@ -90,16 +114,33 @@ class Inducing(Layer):
         """Lambda = diag(exp(log_prec_lr * log_prec)) ``[R, P]``."""
         return (self.log_prec_lr * params["log_prec"]).exp()
 
+    @property
+    def dual(self) -> bool:
+        """Fewer inducing points than weight rows: the regression in P x P algebra (``blr.sample_weights_dual``,
+        which draws a pseudo-noise besides W's)."""
+        return self.P < self.D
+
+    def noise(self, params, R, S, rows, generator, like):
+        z = super().noise(params, R, S, rows, generator, like)
+        if not self.dual:
+            return z
+        return z, torch.randn(R, S, self.P, self.d_out, generator=generator, device=like.device, dtype=like.dtype)
+
     def inducing_inputs(self, params, h, n_inducing):
         return params["inputs"].unsqueeze(1) if self.local else h[:, :, :n_inducing]
 
     def forward(self, params, h, alpha, noise, n_inducing):
         U = self.inducing_inputs(params, h, n_inducing)
-        W, logpq = sample_weights(U, self.pseudo_prec(params).unsqueeze(1), params["pseudo_out"].unsqueeze(1),
-                                  alpha, noise)
-        return h @ W, logpq
+        lam, V = self.pseudo_prec(params).unsqueeze(1), params["pseudo_out"].unsqueeze(1)
+        if self.dual:
+            W, logpq = sample_weights_dual(U, lam, V, alpha, *noise)
+        else:
+            W, logpq = sample_weights(U, lam, V, alpha, noise)
+        return self.apply(h, W), logpq
 
 
 class PriorDraw(Layer):
     def forward(self, params, h, alpha, noise, n_inducing):
-        return h @ (alpha.rsqrt()[..., None, None] * noise), torch.zeros_like(alpha)
+        if isinstance(alpha, torch.Tensor):
+            return self.apply(h, alpha.rsqrt()[..., None, None] * noise), torch.zeros_like(alpha)
+        return self.apply(h, alpha.whiten(noise)), noise.new_zeros(noise.shape[:2])

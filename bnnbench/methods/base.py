@@ -110,6 +110,10 @@ class Method:
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         raise NotImplementedError
 
+    def activation_width(self) -> int:
+        """The largest activation of one input (features): what evaluation chunks its samples by."""
+        return max(self.model.sizes)
+
     def noise(self, state: State, batch: Batch, generator: torch.Generator):
         raise NotImplementedError
 

@@ -1,7 +1,9 @@
 """Global inducing point variational inference and the families it is compared with (Ober & Aitchison, 2020):
 ``fac`` (factorised), ``li`` (local inducing), ``gi`` (global inducing), ``fac_gi`` and ``rand_gi`` (factorised or
-prior-drawn lower layers under a global-inducing output layer), each with the prior ``standard``, ``neal`` or
-``scale`` (``bnnbench/inducing``).
+prior-drawn lower layers under a global-inducing output layer), each with the prior ``standard``, ``neal``,
+``scale`` or ``spatial_iw`` (``bnnbench/inducing``), over the protocol's MLP or one of the paper's convolutional
+networks (``arch``: ``mlp``, ``mnist500_cnn``, ``resnet8``; ``inducing/architectures.py``) on the data set's images
+(inputs arrive flattened; ``image_shape`` (C, H, W), empty: the data set's).
 
 Every variational parameter (inducing inputs, pseudo-outputs and pseudo-precisions, factorised means and variances,
 the Scale prior's Gamma parameters, and the Gaussian likelihood's noise scale, a point estimate as the library's
@@ -21,6 +23,7 @@ from typing import List, Optional
 import torch
 import torch.nn.functional as F
 
+from bnnbench.inducing.architectures import build as build_arch
 from bnnbench.inducing.network import InducingNet
 from bnnbench.inducing.priors import check_prior
 from bnnbench.likelihoods import Gaussian
@@ -33,7 +36,10 @@ INDUCING_INITS = ("randn", "batch")
 
 @dataclass
 class InducingFamilyConfig(MethodConfig):
-    prior: str = "neal"                 # standard | neal | scale
+    prior: str = "neal"                 # standard | neal | scale | spatial_iw
+    arch: str = "mlp"                   # mlp (the protocol's) | mnist500_cnn | resnet8
+    image_shape: List[int] = field(default_factory=list)  # (C, H, W) of the inputs; empty: the data set's
+    channels: int = 0                   # convolutional channels (0: the architecture's: 64 mnist500_cnn, 32 resnet8)
     train_samples: int = 1              # MC samples per step (1: the authors' CIFAR-10 script)
     lr: float = 1e-2
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
@@ -91,10 +97,15 @@ class InducingFamily(Method):
         check_prior(c.prior)
         if c.get("inducing_init", "randn") not in INDUCING_INITS:
             raise ValueError(f"unknown inducing_init {c.inducing_init!r}; valid: {', '.join(INDUCING_INITS)}")
-        self.net = InducingNet(model.sizes, self.family, c.prior, n_inducing=c.get("inducing", 0),
+        modules, in_shape = build_arch(c.arch, model.sizes, c.image_shape, model.activation, c.channels)
+        self.net = InducingNet(modules, self.family, c.prior, in_shape=in_shape, n_inducing=c.get("inducing", 0),
                                activation=model.activation, local_reparam=c.get("local_reparam", False),
                                var_init_mult=c.get("var_init_mult", 1e-3), log_prec_init=c.get("log_prec_init", -4.0),
                                out_log_prec_init=c.get("out_log_prec_init"), log_prec_lr=c.get("log_prec_lr", 1.0))
+
+    def activation_width(self) -> int:
+        """The largest module output of the network (a CNN's feature maps, not the protocol MLP's widths)."""
+        return self.net.activation_width()
 
     def learns_noise(self) -> bool:
         return self.likelihood == "gaussian" and bool(self.cfg.learn_noise)
@@ -131,7 +142,8 @@ class InducingFamily(Method):
         U0 = params["U0"]
         m = min(U0.shape[1], batch.x.shape[1])
         mask = first[:, None, None]
-        params = {**params, "U0": torch.where(mask, torch.cat([batch.x[:, :m], U0[:, m:]], 1), U0)}
+        x = batch.x[:, :m].reshape(U0.shape[0], m, -1)
+        params = {**params, "U0": torch.where(mask, torch.cat([x, U0[:, m:]], 1), U0)}
         if self.likelihood == "categorical":
             key = f"l{len(self.net.layers) - 1}.pseudo_out"
             V = params[key]
