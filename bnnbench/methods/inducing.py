@@ -37,9 +37,10 @@ INDUCING_INITS = ("randn", "batch")
 @dataclass
 class InducingFamilyConfig(MethodConfig):
     prior: str = "neal"                 # standard | neal | scale | spatial_iw
-    arch: str = "mlp"                   # mlp (the protocol's) | mnist500_cnn | resnet8
-    image_shape: List[int] = field(default_factory=list)  # (C, H, W) of the inputs; empty: the data set's
-    channels: int = 0                   # convolutional channels (0: the architecture's: 64 mnist500_cnn, 32 resnet8)
+    # unset (None) settings are left out of a record's configuration hash: records of the MLP families stay valid
+    arch: Optional[str] = None          # mlp (None: the protocol's MLP) | mnist500_cnn | resnet8
+    image_shape: Optional[List[int]] = None  # (C, H, W) of the inputs; None: the data set's
+    channels: Optional[int] = None      # convolutional channels (None: the architecture's: 64 mnist500_cnn, 32 resnet8)
     train_samples: int = 1              # MC samples per step (1: the authors' CIFAR-10 script)
     lr: float = 1e-2
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
@@ -97,7 +98,8 @@ class InducingFamily(Method):
         check_prior(c.prior)
         if c.get("inducing_init", "randn") not in INDUCING_INITS:
             raise ValueError(f"unknown inducing_init {c.inducing_init!r}; valid: {', '.join(INDUCING_INITS)}")
-        modules, in_shape = build_arch(c.arch, model.sizes, c.image_shape, model.activation, c.channels)
+        modules, in_shape = build_arch(c.arch or "mlp", model.sizes, c.image_shape or [], model.activation,
+                                       c.channels or 0)
         self.net = InducingNet(modules, self.family, c.prior, in_shape=in_shape, n_inducing=c.get("inducing", 0),
                                activation=model.activation, local_reparam=c.get("local_reparam", False),
                                var_init_mult=c.get("var_init_mult", 1e-3), log_prec_init=c.get("log_prec_init", -4.0),
