@@ -322,7 +322,7 @@ def test_cifar10_end_to_end_writes_a_record_with_test_ll_and_accuracy(tmp_path, 
     on_disk = json.loads((tmp_path / "run" / "record.json").read_text())
     assert on_disk["method"] == "gi" and on_disk["dataset"] == "cifar10" and on_disk["protocol"] == "gi_cifar10"
     method = on_disk["config"]["spec"]["method"]
-    assert method["arch"] == "resnet8" and method["prior"] == "spatial_iw" and method["image_shape"] == []
+    assert method["arch"] == "resnet8" and method["prior"] == "spatial_iw" and method["image_shape"] is None
     (m,) = rec["metrics"]
     assert math.isfinite(m["loglik_pointwise"]) and 0.0 <= m["accuracy"] <= 1.0 and m["accuracy"] == 1 - m["error"]
     assert on_disk["summary"]["error"]["n"] == 1
