@@ -49,6 +49,8 @@ bench:  ## performance benchmarks (ratios measured in one run)
 	$(PY) bench/logreg_table1.py
 	$(PY) bench/threads_contention.py
 	$(PY) bench/hmc_leapfrog.py
+	$(PY) bench/gi_uci_step_ratios.py
+	$(PY) bench/gi_step_ratios.py
 
 regression:  ## CI: re-run the fast cells at the paper protocol, fail if a reproduced cell moved
 	$(BNN) regression --results results --runs-root $${TMPDIR:-/tmp}/bnnbench-regression
