@@ -24,6 +24,7 @@ from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError
 from bnnbench.exact_vi import NotConvergedError
 from bnnbench.fit import FitOptions, build_method, predictive, replica_data, solve_replicas
+from bnnbench.methods import method_class
 from bnnbench.metrics import STDERR_CONVENTION, summarise
 from bnnbench.protocol import resolve
 from bnnbench.replica_workers import fit_replicas
@@ -59,6 +60,10 @@ def validate(cfg: DictConfig) -> None:
     if m.get("betas") is not None:
         need(len(m.betas) == 2 and all(0 <= b < 1 for b in m.betas),
              f"method.betas must be two numbers in [0, 1), got {list(m.betas)}")
+    try:
+        method_class(m.name).check_settings(m)
+    except ValueError as e:
+        raise ConfigError(f"method {m.name}: {e}") from None
     need(cfg.hpo.kind in ("fixed", "grid", "bo", "recorded"),
          f"hpo.kind must be fixed, grid, bo or recorded, got {cfg.hpo.kind!r}")
     threads.check(cfg.get("threads", "auto"))

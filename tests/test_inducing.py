@@ -241,3 +241,14 @@ def test_unknown_prior_and_family_are_clear_errors():
         InducingNet([2, 1], "nosuch", "neal")
     np.testing.assert_equal(sorted(n for n in METHODS if n in ("fac", "li", "gi", "fac_gi", "rand_gi")),
                             ["fac", "fac_gi", "gi", "li", "rand_gi"])
+
+
+@pytest.mark.parametrize("bad,said", [("method.prior=nosuch", "valid priors: standard, neal, scale, spatial_iw"),
+                                      ("method.arch=nosuch", "valid: mlp, mnist500_cnn, resnet8"),
+                                      ("method.inducing=0", "at least 1")])
+def test_a_bad_family_setting_is_one_error_line_before_any_work(bad, said, tmp_path, capsys):
+    from bnnbench.cli import main
+    assert main(["run", "method=gi", "data=uci/yacht", bad, f"runs_root={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: method gi:") and said in err[0]
+    assert not any(tmp_path.iterdir())

@@ -107,6 +107,11 @@ class Method:
         self.model = model
         self.likelihood = likelihood
 
+    @classmethod
+    def check_settings(cls, cfg) -> None:
+        """Raise ``ValueError`` naming the valid values when a setting of ``cfg`` cannot work (called before any work,
+        beside the typed config's type checks)."""
+
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         raise NotImplementedError
 

@@ -23,7 +23,7 @@ from typing import List, Optional
 import torch
 import torch.nn.functional as F
 
-from bnnbench.inducing.architectures import build as build_arch
+from bnnbench.inducing.architectures import ARCHS, build as build_arch
 from bnnbench.inducing.network import InducingNet
 from bnnbench.inducing.priors import check_prior
 from bnnbench.likelihoods import Gaussian
@@ -95,9 +95,7 @@ class InducingFamily(Method):
     def __init__(self, cfg, model, likelihood):
         super().__init__(cfg, model, likelihood)
         c = self.cfg
-        check_prior(c.prior)
-        if c.get("inducing_init", "randn") not in INDUCING_INITS:
-            raise ValueError(f"unknown inducing_init {c.inducing_init!r}; valid: {', '.join(INDUCING_INITS)}")
+        self.check_settings(c)
         modules, in_shape = build_arch(c.arch or "mlp", model.sizes, c.image_shape or [], model.activation,
                                        c.channels or 0)
         self.net = InducingNet(modules, self.family, c.prior, in_shape=in_shape, n_inducing=c.get("inducing", 0),
@@ -108,6 +106,18 @@ class InducingFamily(Method):
     def activation_width(self) -> int:
         """The largest module output of the network (a CNN's feature maps, not the protocol MLP's widths)."""
         return self.net.activation_width()
+
+    @classmethod
+    def check_settings(cls, c) -> None:
+        check_prior(c.get("prior"))
+        if (c.get("arch") or "mlp") not in ARCHS:
+            raise ValueError(f"unknown architecture {c.get('arch')!r}; valid: {', '.join(ARCHS)}")
+        if c.get("inducing_init", "randn") not in INDUCING_INITS:
+            raise ValueError(f"unknown inducing_init {c.get('inducing_init')!r}; valid: {', '.join(INDUCING_INITS)}")
+        if c.get("inducing") is not None and int(c.get("inducing")) < 1:
+            raise ValueError(f"method.inducing must be at least 1, got {c.get('inducing')}")
+        if int(c.get("kl_ramp_steps") or 0) < 0:
+            raise ValueError(f"method.kl_ramp_steps must be >= 0, got {c.get('kl_ramp_steps')}")
 
     def learns_noise(self) -> bool:
         return self.likelihood == "gaussian" and bool(self.cfg.learn_noise)
