@@ -173,14 +173,14 @@ def _conventions(df: pd.DataFrame, spec: Mapping) -> list[str]:
 
 
 def _counts(df: pd.DataFrame) -> tuple[str, list[str]]:
-    df = df[df["verdict"] != "unattributed"]
+    vc = df["verdict"].value_counts()
+    df = df[df["verdict"] != "unattributed"]   # no published value to be judged against: not in the k / n
     parts = []
     for method, setting in _ordered_unique(zip(df["method"], df["setting"])):
         sub = df[(df["method"] == method) & (df["setting"] == setting)]
         k = int(sub["verdict"].isin(GOOD).sum())
         parts.append(f"{_method_label(method, setting)} {k} / {len(sub)}")
     k_all = int(df["verdict"].isin(GOOD).sum())
-    vc = df["verdict"].value_counts()
     breakdown = ", ".join(f"{v} {int(vc.get(v, 0))}" for v in VERDICTS)
     line = ("reproduced or better: k / n cells per method: " + "; ".join(parts)
             + f" (all: {k_all} / {len(df)}; {breakdown})")
