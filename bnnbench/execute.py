@@ -23,7 +23,7 @@ from bnnbench.config import CONFIG_SCHEMA, CommandLine, ConfigError
 from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError
 from bnnbench.exact_vi import NotConvergedError
-from bnnbench.fit import FitOptions, build_method, predictive, replica_data, solve_replicas
+from bnnbench.fit import FitOptions, build_method, data_dtype, predictive, replica_data, solve_replicas
 from bnnbench.methods import method_class
 from bnnbench.metrics import STDERR_CONVENTION, summarise
 from bnnbench.protocol import resolve
@@ -166,7 +166,7 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
     diagnostics = None
     if res.method.diagnostics is not None and not stages:
         diagnostics = res.method.diagnostics(res.state, replica_data(spec, ds, pairs, list(range(len(pairs))),
-                                                                     device, dtype))
+                                                                     device, data_dtype(res.method, dtype)))
         log(f"{cfg.method.name} diagnostics{' (FLAGGED)' if diagnostics.get('flagged') else ''}: "
             f"{diagnostics.get('summary', '')}")
     keys = [k for k in res.final if k != "train_objective"]

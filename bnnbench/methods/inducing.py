@@ -3,7 +3,7 @@
 prior-drawn lower layers under a global-inducing output layer), each with the prior ``standard``, ``neal``,
 ``scale`` or ``spatial_iw`` (``bnnbench/inducing``), over the protocol's MLP or one of the paper's convolutional
 networks (``arch``: ``mlp``, ``mnist500_cnn``, ``resnet8``; ``inducing/architectures.py``) on the data set's images
-(inputs arrive flattened; ``image_shape`` (C, H, W), empty: the data set's).
+(inputs arrive flattened; ``image_shape`` (C, H, W), unset: the data set's).
 
 Every variational parameter (inducing inputs, pseudo-outputs and pseudo-precisions, factorised means and variances,
 the Scale prior's Gamma parameters, and the Gaussian likelihood's noise scale, a point estimate as the library's
@@ -87,7 +87,7 @@ class RandGIConfig(GIConfig):
 
 
 class InducingFamily(Method):
-    """One posterior family over the layers of the protocol's MLP (``family``); subclasses name it."""
+    """One posterior family over the layers of the network (``family``); subclasses name it."""
 
     family = "gi"
     objective_is_elbo = True
