@@ -62,29 +62,26 @@ def _images(h: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class MaxPool:
+class _Pool:
+    """k x k pooling of every image by ``pool`` (a ``torch.nn.functional`` 2-D pooling)."""
     kernel: int
+    pool = None
 
     def out_shape(self, shape):
         C, H, W = shape
         return (C, H // self.kernel, W // self.kernel)
 
     def __call__(self, h):
-        y = F.max_pool2d(_images(h), self.kernel)
+        y = type(self).pool(_images(h), self.kernel)
         return y.reshape(*h.shape[:-2], *y.shape[-2:])
 
 
-@dataclass(frozen=True)
-class AvgPool:
-    kernel: int
+class MaxPool(_Pool):
+    pool = staticmethod(F.max_pool2d)
 
-    def out_shape(self, shape):
-        C, H, W = shape
-        return (C, H // self.kernel, W // self.kernel)
 
-    def __call__(self, h):
-        y = F.avg_pool2d(_images(h), self.kernel)
-        return y.reshape(*h.shape[:-2], *y.shape[-2:])
+class AvgPool(_Pool):
+    pool = staticmethod(F.avg_pool2d)
 
 
 @dataclass(frozen=True)
