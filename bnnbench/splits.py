@@ -21,6 +21,28 @@ def random_splits(ds, n_splits: int, test_fraction: float, seed: int) -> list:
     return out
 
 
+def subsample_splits(ds, n_splits: int, n_train: int, n_test: int, seed: int) -> list:
+    """Seeded small-data trials (PBP's active-learning protocol, Hernandez-Lobato & Adams 2015; the noisy-NG paper's
+    Tables 3 and 4): trial k permutes the rows with ``numpy.random.default_rng(seed + k)``; its first ``n_test`` rows
+    are the test set, the next ``n_train`` the training set and the rest, in that permuted order, the pool
+    (:func:`pool_rows`)."""
+    N = len(ds.y)
+    if n_train + n_test > N:
+        raise ConfigError(f"{ds.name} has {N} rows: too few for {n_train} training and {n_test} test rows")
+    out = []
+    for k in range(n_splits):
+        perm = np.random.default_rng(seed + k).permutation(N)
+        out.append(Split(name=f"s{k}", train=np.sort(perm[n_test:n_test + n_train]), test=np.sort(perm[:n_test])))
+    return out
+
+
+def pool_rows(ds, scheme: dict, k: int) -> np.ndarray:
+    """Trial ``k``'s pool of a ``subsample`` scheme: the rows outside its training and test sets, in the trial's
+    permuted order (random acquisition takes them in this order)."""
+    perm = np.random.default_rng(int(scheme.get("seed", 0)) + k).permutation(len(ds.y))
+    return perm[int(scheme["n_test"]) + int(scheme["n_train"]):]
+
+
 def select_splits(ds, which, scheme: dict | None = None) -> list:
     """The protocol's splits: ``all`` of the data set's (or of the protocol's random ``scheme``), the
     first ``which`` ones, or those named; a name may also be an extra split of the data set
@@ -29,6 +51,11 @@ def select_splits(ds, which, scheme: dict | None = None) -> list:
     if scheme and scheme.get("kind") == "random":
         n = int(scheme.get("n_splits_by_dataset", {}).get(ds.name.split("/")[-1], scheme.get("n_splits", 20)))
         splits = random_splits(ds, n, float(scheme.get("test_fraction", 0.1)), int(scheme.get("seed", 0)))
+    elif scheme and scheme.get("kind") == "subsample":
+        splits = subsample_splits(ds, int(scheme.get("n_splits", 10)), int(scheme["n_train"]), int(scheme["n_test"]),
+                                  int(scheme.get("seed", 0)))
+    elif scheme and scheme.get("kind") is not None and scheme.get("kind") != "random":
+        raise ConfigError(f"unknown split_scheme kind {scheme.get('kind')!r}; valid: random, subsample")
     if which in (None, "all"):
         return splits
     if isinstance(which, int):

@@ -22,6 +22,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from bnnbench.paired import PAIRED_METRICS
 from bnnbench.reference import KEYS, dataset_ref_name, read_reference, reference_path, spec_methods, spec_metrics
 from bnnbench.render import render_latex, render_markdown
 from bnnbench.results import FAILED, RECORD, atomic_write_text, load_record, run_dir
@@ -90,6 +91,25 @@ def _summary_of(rec: Mapping, key: str) -> tuple[float, float, float]:
         return nan, nan, nan
     a = np.asarray(vals, dtype=float)
     return float(a.mean()), float(a.std(ddof=0) / math.sqrt(len(a))), float(len(a))
+
+
+def _paired_summary(runs_root: Path, name: str, mid: str, ds: str, mm: Mapping) -> tuple[tuple, str | None]:
+    """(mean, stderr, n) of a metric between this column's run and the run ``mm["against"]`` on the same splits
+    (``bnnbench.paired``, e.g. Table 4's correlation of predictive variances with HMC's), and the reason when there
+    is none: the reference run unfinished, or no stored predictive."""
+    nan = float("nan")
+    kind = str(mm.get("paired") or "predvar_corr")
+    if kind not in PAIRED_METRICS:
+        raise ValueError(f"unknown paired metric {kind!r}; valid: {sorted(PAIRED_METRICS)}")
+    against = str(mm["against"])
+    ref, status = _load(run_dir(runs_root, name, against, ds))
+    if ref is None:
+        return (nan, nan, nan), f"reference run {against}: {status}"
+    vals = PAIRED_METRICS[kind](run_dir(runs_root, name, mid, ds), run_dir(runs_root, name, against, ds))
+    if vals is None:
+        return (nan, nan, nan), "no predictive.npz (protocol.save_predictive)"
+    a = np.asarray(vals, dtype=float)
+    return (float(a.mean()), float(a.std(ddof=0) / math.sqrt(len(a))), float(len(a))), None
 
 
 def _load(rec_dir: Path) -> tuple[dict | None, str]:
@@ -195,14 +215,18 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                 p_dec = as_decimal(cell["value"])
                 e_dec = as_decimal(cell["error"])
                 scale = float(cell["scale"]) if not is_missing(cell["scale"]) else float(mm.get("scale", 1.0))
-                if rec is not None:
+                paired_status = None
+                if rec is not None and mm.get("against"):
+                    (ours, se, n), paired_status = _paired_summary(runs_root, name, selected or mid, ds, mm)
+                elif rec is not None:
                     ours, se, n = _summary_of(rec, key)
+                if rec is not None:
                     if mm.get("se_metric") and n == 1:  # one run: the metric's own standard error (binomial)
                         se = _summary_of(rec, mm["se_metric"])[0]
                     wall = rec.get("wall_time_s")
                     wall = nan if is_missing(wall) else float(wall)
                     conv = str(rec.get("stderr_convention") or "")
-                    status = run_status if not math.isnan(ours) else "metric_missing"
+                    status = run_status if not math.isnan(ours) else (paired_status or "metric_missing")
                 else:
                     ours = se = n = wall = nan
                     conv = ""

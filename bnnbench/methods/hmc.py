@@ -46,6 +46,30 @@ from bnnbench.methods.base import Batch, Method, Predictive, Problem, State, hyp
 from bnnbench.methods.settings import MethodConfig
 
 
+def predvar_agreement(f: np.ndarray, second: np.ndarray, valid: np.ndarray) -> dict:
+    """Whether the reference has converged for a comparison of predictive variances (the noisy natural gradient
+    paper's Table 4): per replica, the Pearson correlation over its test rows between the predictive variances
+    Var[y_t] = E[f_t^2 + 1/tau] - E[f_t]^2 of the first and the second half of the chains
+    (``predvar_corr_chain_halves``: two independent runs of C/2 chains), and between those of the first half of
+    the kept draws and of all of them (``predvar_corr_first_half``: the run at half its length). ``f``, ``second``:
+    ``[R, T, C, k]``; ``valid``: ``[R, T]``."""
+    from bnnbench.paired import pearson
+
+    def var(sel_f, sel_s):
+        return sel_s.mean((-2, -1)) - sel_f.mean((-2, -1)) ** 2
+
+    C, k = f.shape[-2:]
+    full = var(f, second)
+    out = {}
+    if C >= 2:
+        a, b = var(f[..., :C // 2, :], second[..., :C // 2, :]), var(f[..., C // 2:, :], second[..., C // 2:, :])
+        out["predvar_corr_chain_halves"] = [pearson(a[r][valid[r]], b[r][valid[r]]) for r in range(len(a))]
+    if k >= 2:
+        h = var(f[..., : k // 2], second[..., : k // 2])
+        out["predvar_corr_first_half"] = [pearson(h[r][valid[r]], full[r][valid[r]]) for r in range(len(h))]
+    return out
+
+
 @dataclass
 class HMCConfig(MethodConfig):
     name: str = "hmc"
@@ -305,8 +329,9 @@ class HMC(Method):
         """Acceptance rate and step size per chain, and the rank-normalised split R-hat and bulk ESS (``mcmc``) over
         the C chains of the test predictions: f(x_t) (whose mean is the predictive mean) and f(x_t)^2 + 1/tau
         (whose mean minus the squared predictive mean is the predictive variance), their largest R-hat and smallest
-        ESS over the test points, per replica (``data``: ``engine.ReplicaData``); the run is flagged when an R-hat
-        exceeds ``rhat_max``."""
+        ESS over the test points, per replica (``data``: ``engine.ReplicaData``), and how well the predictive
+        variances of independent parts of the run agree (:func:`predvar_agreement`); the run is flagged when an
+        R-hat exceeds ``rhat_max``."""
         theta, tau = self.kept(state)
         R, C, k, P = theta.shape
         n_after = (state["t"] - int(self.cfg.warmup)).clamp_min(1).to(state["accept_sum"].dtype)
@@ -326,9 +351,13 @@ class HMC(Method):
             rh, es = mcmc.rhat(draws), mcmc.ess_bulk(draws)
             out[f"rhat_{name}_max"] = np.where(valid, rh, -np.inf).max(1).tolist()
             out[f"ess_bulk_{name}_min"] = np.where(valid, es, np.inf).min(1).tolist()
+        out.update(predvar_agreement(f, second, valid))
         worst = max(max(out["rhat_mean_max"]), max(out["rhat_var_max"]))
         out["flagged"] = bool(worst > float(self.cfg.rhat_max))
+        halves = out.get("predvar_corr_chain_halves")
         out["summary"] = (f"R-hat of the test predictions <= {worst:.3f} (threshold {float(self.cfg.rhat_max)}), "
                           f"bulk ESS >= {min(min(out['ess_bulk_mean_min']), min(out['ess_bulk_var_min'])):.0f} "
-                          f"of {C * k} draws, acceptance {float(state['accept_sum'].sum() / n_after.sum() / C):.2f}")
+                          f"of {C * k} draws, acceptance {float(state['accept_sum'].sum() / n_after.sum() / C):.2f}"
+                          + (f", predictive variances of the two halves of the chains correlate >= {min(halves):.3f}"
+                             if halves else ""))
         return out
