@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from bnnbench import logreg, results, threads
+from bnnbench import active, logreg, results, threads
 from bnnbench.config import CONFIG_SCHEMA, CommandLine, ConfigError
 from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError
@@ -84,6 +84,8 @@ def resolve_run(cfg: DictConfig, overrides: list[str]):
     if ds.task != spec.task and not (spec.task == "binary" and ds.task == "binary"):
         raise ConfigError(f"protocol {cfg.protocol.name!r} is for {spec.task} but {ds.name} is a {ds.task} data set")
     splits = run_splits(ds, spec)
+    if spec.active_learning:
+        active.check(spec)
     resolved = {"config_schema": CONFIG_SCHEMA, "method": cfg.method.name, "dataset": ds.name,
                 "protocol": cfg.protocol.name,
                 "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
@@ -150,8 +152,12 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
                       progress=cfg.get("progress", False), desc=f"{cfg.method.name} {ds.name}",
                       checkpoint=resume.fit, checkpoint_every=int(cfg.get("checkpoint_every", 10)))
     workers = cfg.get("workers")
+    al_entry = None
     try:
-        if solved:
+        if spec.active_learning:
+            res, pairs, al_entry = active.run_rounds(spec, ds, splits, hparams, gen, opts, workers=workers, log=log)
+            stages = None
+        elif solved:
             res, stages = solve_replicas(spec, ds, pairs, list(range(len(pairs))), hparams, opts), None
         elif spec.stages:
             res, stages = fit_stages(spec, ds, hparams, gen, resume.stages, opts, workers=workers)
@@ -177,6 +183,10 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
         res.final["elbo"] = -res.final["train_objective"]
         keys.append("elbo")
     per_split = [{"split": s.name, **{k: float(res.final[k][i]) for k in keys}} for i, s in enumerate(splits)]
+    if al_entry is not None:   # the test RMSE averaged over the rounds, beside the last round's metrics
+        for row, curve in zip(per_split, al_entry["rmse"]):
+            row["rmse_mean_over_rounds"] = float(np.mean(curve))
+        keys.append("rmse_mean_over_rounds")
     if spec.posterior_metrics == "logreg":
         rows = logreg.method_metrics(res.method, res.state, ds, splits, _logreg_priors(spec, ds, hparams),
                                      spec.exact_gtol or 1e-6, run_dir=run_dir)
@@ -191,7 +201,8 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
               "train_steps": res.steps, "versions": results.versions(), "git_commit": commit,
               **({"stages": stages} if stages else {}),
               **({"exact": res.solve_info} if res.solve_info is not None else {}),
-              **({"diagnostics": diagnostics} if diagnostics is not None else {})}
+              **({"diagnostics": diagnostics} if diagnostics is not None else {}),
+              **({"active_learning": al_entry} if al_entry is not None else {})}
     history = {"epochs": res.history.epochs, "metrics": res.history.metrics, "splits": [s.name for s in splits]}
     results.write_record(run_dir, record, history=history if res.history.epochs else None)
     resume.remove()

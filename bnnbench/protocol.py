@@ -56,6 +56,7 @@ class RunSpec:
     steps: int | None = None          # gradient steps in place of ``epochs`` (``epochs_for``)
     prior_scaling: str | None = None  # "fan_in": a layer's prior precision times (fan-in + 1), Neal's prior
     save_predictive: bool | None = None  # regression: store the predictive mean and variance at the test rows (True)
+    active_learning: dict | None = None  # {"rounds": n, "acquire": "variance" | "random"} (bnnbench.active)
 
     def epochs_for(self, n_train_max: int) -> int:
         """The epochs of a run whose largest training set has ``n_train_max`` rows: ``epochs``, or with ``steps`` set
@@ -210,6 +211,8 @@ def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None
                    eval_samples_final=int(proto.eval_samples_final) if proto.get("eval_samples_final") else None,
                    stages=_stages(proto.get("stages")), steps=int(steps) if steps is not None else None,
                    save_predictive=True if proto.get("save_predictive") else None,
+                   active_learning=OmegaConf.to_container(proto.active_learning)
+                   if proto.get("active_learning") else None,
                    prior_scaling=_prior_scaling(proto.get("prior_scaling")),
                    subset=OmegaConf.to_container(proto.subset) if proto.get("subset") else None,
                    splits=OmegaConf.to_container(proto.splits)

@@ -36,6 +36,8 @@ class ProtocolSchema:
     loglik: str = "joint"                   # the test log-likelihood convention the paper reports
     save_predictive: Optional[bool] = None  # regression: keep each split's predictive mean and variance at its test
                                             # rows (predictive.npz beside the record; figures, HMC comparisons)
+    active_learning: Any = None             # {rounds: n, acquire: variance | random}: refit and acquire one pool row
+                                            # per round (split_scheme kind subsample; bnnbench.active)
     posterior_metrics: Optional[str] = None  # logreg: SLANG Table 1's metrics of a Gaussian q
     exact_gtol: Optional[float] = None      # gradient tolerance of the exact (L-BFGS) solutions
     lr_drop: Any = None                     # {at: fraction of the epochs, factor: f}

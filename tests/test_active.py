@@ -1,0 +1,76 @@
+"""Pool-based active learning (bnnbench.active; the noisy natural gradient paper's Table 3 in PBP's protocol)."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from bnnbench import active
+from bnnbench.config import CommandLine, ConfigError, compose
+from bnnbench.data import Dataset, Split
+from bnnbench.fit import FitOptions
+from bnnbench.protocol import resolve
+from bnnbench.splits import pool_rows, select_splits
+
+OUTLIER = 123
+
+
+def toy(n=160):
+    """y = sin(3x) + noise on x in [-1, 1], except one row far out at x = 40 (in every trial's pool or split)."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(n, 1))
+    X[OUTLIER] = 40.0
+    y = np.sin(3 * X[:, 0]) + 0.1 * rng.normal(size=n)
+    return Dataset("uci/toy", "regression", X, y, (Split("0", np.arange(n), np.arange(0)),), None)
+
+
+def spec_for(acquire, method="pbp", rounds=3):
+    ov = [f"method={method}", "data=uci/yacht", "protocol=nng_small"]
+    spec = resolve(compose(ov), CommandLine.parse(ov))
+    return replace(spec, epochs=5, eval_samples=200,
+                   split_scheme={"kind": "subsample", "n_splits": 6, "n_train": 20, "n_test": 20, "seed": 0},
+                   active_learning={"rounds": rounds, "acquire": acquire})
+
+
+def run(spec, ds):
+    splits = select_splits(ds, "all", spec.split_scheme)
+    hp = [dict(spec.fixed) for _ in splits]
+    opts = FitOptions(device=torch.device("cpu"), dtype=torch.float64)
+    res, pairs, entry = active.run_rounds(spec, ds, splits, hp, torch.Generator().manual_seed(0), opts,
+                                          log=lambda *_: None)
+    return splits, res, pairs, entry
+
+
+def test_random_acquisition_takes_each_trials_pool_in_its_seeded_order():
+    ds, spec = toy(), spec_for("random")
+    splits, res, pairs, entry = run(spec, ds)
+    for k, s in enumerate(splits):
+        want = pool_rows(ds, spec.split_scheme, k)[:2].tolist()
+        assert entry["acquired"][k] == want
+        assert sorted(pairs[k][0].tolist()) == sorted(s.train.tolist() + want)
+        assert np.array_equal(pairs[k][1], s.test)
+    rmse = np.asarray(entry["rmse"])
+    assert rmse.shape == (6, 3)
+    assert rmse[:, -1] == pytest.approx(res.final["rmse"].numpy())    # the record's metrics are the last round's
+
+
+def test_variance_acquisition_takes_the_pool_row_of_largest_predictive_variance_first():
+    ds, spec = toy(), spec_for("variance")
+    splits, _, _, entry = run(spec, ds)
+    in_pool = [k for k in range(len(splits)) if OUTLIER in pool_rows(ds, spec.split_scheme, k)]
+    assert len(in_pool) >= 3
+    for k in in_pool:     # far from every training input, its predictive variance is the largest by far
+        assert entry["acquired"][k][0] == OUTLIER
+    for k, acq in enumerate(entry["acquired"]):
+        assert len(set(acq)) == 2 and not set(acq) & (set(splits[k].train) | set(splits[k].test))
+
+
+def test_bad_settings_are_refused_before_any_work():
+    spec = spec_for("variance")
+    with pytest.raises(ConfigError, match="acquire must be one of variance, random"):
+        active.check(replace(spec, active_learning={"rounds": 3, "acquire": "bald"}))
+    with pytest.raises(ConfigError, match="rounds must be an integer >= 1"):
+        active.check(replace(spec, active_learning={"rounds": 0, "acquire": "random"}))
+    with pytest.raises(ConfigError, match="split_scheme kind subsample"):
+        active.check(replace(spec, split_scheme=None))
