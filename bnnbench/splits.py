@@ -54,7 +54,7 @@ def select_splits(ds, which, scheme: dict | None = None) -> list:
     elif scheme and scheme.get("kind") == "subsample":
         splits = subsample_splits(ds, int(scheme.get("n_splits", 10)), int(scheme["n_train"]), int(scheme["n_test"]),
                                   int(scheme.get("seed", 0)))
-    elif scheme and scheme.get("kind") is not None and scheme.get("kind") != "random":
+    elif scheme and scheme.get("kind") is not None:
         raise ConfigError(f"unknown split_scheme kind {scheme.get('kind')!r}; valid: random, subsample")
     if which in (None, "all"):
         return splits
