@@ -93,7 +93,10 @@ def main(args) -> int:
         if not done:
             continue
         new = build_table(spec, runs_root)
-        new = new[(new["verdict"] != "not_run") & new["ours"].notna()]   # cells this check re-ran
+        ran = {(cands.get(cell_label(c), cell_label(c)), c["data"]) for c in done}
+        # the cells of the columns this check re-ran, with or without a number: one it can no longer compute (a
+        # paired metric's reference or stored predictive missing) counts as moved
+        new = new[[(m, d) in ran for m, d in zip(new["our_method"], new["our_dataset"])]]
         old_sub = old.merge(new[KEYS], on=KEYS)
         checked += len(old_sub)
         moved = compare_verdicts(old_sub, new)
