@@ -227,6 +227,8 @@ def _verdict_md(r) -> str:
     v = _VERDICT_WORDS_MD.get(r["verdict"], r["verdict"])
     if r["verdict"] == "not_run" and r.get("run_status") not in (None, "", "missing"):
         v = f"not run ({r['run_status']})"
+    elif str(r.get("run_status") or "").startswith("flagged"):
+        v = f"{v} ({r['run_status']})"   # a sampler that has not converged: its number stands, marked
     return v
 
 

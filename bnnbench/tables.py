@@ -112,6 +112,17 @@ def _paired_summary(runs_root: Path, name: str, mid: str, ds: str, mm: Mapping) 
     return (float(a.mean()), float(a.std(ddof=0) / math.sqrt(len(a))), float(len(a))), None
 
 
+def _flag_of(rec: Mapping | None) -> str | None:
+    """Why a finished run is flagged (its sampler's ``diagnostics``: an R-hat above the threshold), else None."""
+    diag = (rec or {}).get("diagnostics") or {}
+    if not diag.get("flagged"):
+        return None
+    rhat = [v for k in ("rhat_mean_max", "rhat_var_max") for v in (diag.get(k) or [])]
+    if rhat:
+        return f"flagged: R-hat {max(rhat):.2f} > {diag.get('rhat_threshold', 1.1)}"
+    return "flagged: " + str(diag.get("summary") or "diagnostics")
+
+
 def _load(rec_dir: Path) -> tuple[dict | None, str]:
     """A run directory's finished record (None otherwise) and its status: ok | failed | unreadable | missing."""
     rec = load_record(rec_dir)
@@ -227,6 +238,7 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                     wall = nan if is_missing(wall) else float(wall)
                     conv = str(rec.get("stderr_convention") or "")
                     status = run_status if not math.isnan(ours) else (paired_status or "metric_missing")
+                    status = (_flag_of(rec) if not math.isnan(ours) else None) or status
                 else:
                     ours = se = n = wall = nan
                     conv = ""

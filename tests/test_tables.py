@@ -349,3 +349,20 @@ def test_regression_subset_per_experiment():
     vprop = next(c for c in vadam["runs"] if c["method"] == "vprop" and c["data"] == "uci/yacht")
     assert not is_fast(vprop, vadam)                       # a figure-only method, not a column of the table
     assert is_fast({"method": "vadam", "data": "uci/yacht"}, vadam)
+
+
+def test_a_flagged_sampler_run_keeps_its_number_and_is_marked(tmp_path):
+    """A run whose diagnostics flag it (HMC: an R-hat above the threshold) is shown with its verdict and the flag."""
+    root = tmp_path / "runs"
+    d = _write_record(root, "bbb", "uci/boston", {"rmse": {"mean": 3.20, "stderr": 0.15, "n": 20}})
+    rec = json.loads((d / "record.json").read_text())
+    rec["diagnostics"] = {"flagged": True, "rhat_mean_max": [1.02, 1.31], "rhat_var_max": [1.05, 1.2],
+                          "rhat_threshold": 1.1}
+    (d / "record.json").write_text(json.dumps(rec))
+    df = build_table(SPEC, root)
+    cell = _cell(df, "boston", "BBB", "test_rmse")
+    assert cell.verdict == "reproduced" and cell.ours == pytest.approx(3.20)
+    assert cell.run_status == "flagged: R-hat 1.31 > 1.1"
+    assert "ok (flagged: R-hat 1.31 > 1.1)" in render_markdown(df, SPEC)
+    other = _cell(df, "boston", "BBB", "test_loglik")
+    assert other.verdict == "not_run" and other.run_status == "metric_missing"
