@@ -87,8 +87,13 @@ def _summary_of(rec: Mapping, key: str) -> tuple[float, float, float]:
         v = row.get(key) if isinstance(row, Mapping) else None
         if not is_missing(v):
             vals.append(float(v))
-    if not vals:
-        return nan, nan, nan
+    return _mean_se(vals)
+
+
+def _mean_se(vals) -> tuple[float, float, float]:
+    """(mean, std(ddof=0)/sqrt(n), n) of per-split values; NaNs when there are none."""
+    if not len(vals):
+        return float("nan"), float("nan"), float("nan")
     a = np.asarray(vals, dtype=float)
     return float(a.mean()), float(a.std(ddof=0) / math.sqrt(len(a))), float(len(a))
 
@@ -108,8 +113,7 @@ def _paired_summary(runs_root: Path, name: str, mid: str, ds: str, mm: Mapping) 
     vals = PAIRED_METRICS[kind](run_dir(runs_root, name, mid, ds), run_dir(runs_root, name, against, ds))
     if vals is None:
         return (nan, nan, nan), "no predictive.npz (protocol.save_predictive)"
-    a = np.asarray(vals, dtype=float)
-    return (float(a.mean()), float(a.std(ddof=0) / math.sqrt(len(a))), float(len(a))), None
+    return _mean_se(vals), None
 
 
 def _flag_of(rec: Mapping | None) -> str | None:
