@@ -23,6 +23,7 @@ import time
 import torch
 from omegaconf import OmegaConf
 
+from bnnbench.execute import device_of
 from bnnbench.methods import METHODS, Batch, Problem
 from bnnbench.models import MLP
 
@@ -76,7 +77,7 @@ def main():
     image = [int(s) for s in a.image.split(",")]
     steps_per_epoch = a.train // a.batch
     torch.set_num_threads(a.threads)
-    device = torch.device(a.device)
+    device = device_of({"device": a.device})  # full float32 on CUDA, as the runs
     families = a.families.split(",")
     runs = {f: make(f, device, a.batch, a.inducing, a.prior, a.arch, image) for f in families}
     for f, (m, s, b, g) in runs.items():   # warm-up step (and the inducing points set from the batch)

@@ -17,6 +17,8 @@ import argparse
 
 import torch
 
+from bnnbench.execute import device_of
+
 from step_ratios import CFG, time_steps
 
 STEPS_EPOCH = 50000 // 200
@@ -30,7 +32,7 @@ def main():
     ap.add_argument("--ranks", default="1,8,32")
     ap.add_argument("--threads", default="", help="comma list of intra-op thread counts (default: torch's current)")
     args = ap.parse_args()
-    dev = torch.device(args.device)
+    dev = device_of({"device": args.device})  # full float32 on CUDA, as the runs
     counts = [int(t) for t in args.threads.split(",")] if args.threads else [torch.get_num_threads()]
     print(f"torch {torch.__version__}, {'/'.join(map(str, counts))} threads, device {dev}")
     mn = dict(sizes=[784, 400, 400, 10], lik="categorical", R=1, M=200, steps=args.steps, device=dev)

@@ -32,6 +32,7 @@ import time
 import torch
 from omegaconf import OmegaConf
 
+from bnnbench.execute import device_of
 from bnnbench.methods import METHODS, Batch, Problem
 from bnnbench.models import MLP
 
@@ -93,7 +94,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
-    dev = torch.device(args.device)
+    dev = device_of({"device": args.device})  # full float32 on CUDA, as the runs
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {dev}")
 
     print("\nMNIST scale (784-400-400-10, M = 200, 1 sample): ms per step, ratio to Adam  [target]")

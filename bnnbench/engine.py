@@ -263,7 +263,12 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
         obj_sum = torch.zeros(R, device=data.data_index.device, dtype=data.x_train.dtype)
         n_batches = 0
         for rows in epoch_batches(data, batch_size, generator):
-            state, stats = method.update(state, make_batch(data, rows), generator, lr_scale)
+            try:
+                state, stats = method.update(state, make_batch(data, rows), generator, lr_scale)
+            except torch.linalg.LinAlgError as e:   # a precision that lost positive definiteness
+                if not stop_on_divergence:
+                    raise
+                raise DivergenceError(f"{method.name} diverged at epoch {epoch + 1}: {e}") from e
             obj_sum += stats["objective"]
             n_batches += 1
             steps += 1

@@ -73,7 +73,16 @@ def device_of(cfg) -> torch.device:
     dev = torch.device(cfg.get("device", "cpu"))
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device=cuda was asked for but torch.cuda.is_available() is False")
+    if dev.type == "cuda":
+        full_float32()
     return dev
+
+
+def full_float32() -> None:
+    """float32 products on CUDA at full precision, as on the CPU: torch lets cuDNN's convolutions use TF32 (10-bit
+    mantissas) by default, which the inducing-point families' Gram matrices and Cholesky factors do not tolerate."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
 
 def resolve_run(cfg: DictConfig, overrides: list[str]):

@@ -319,6 +319,10 @@ def git_commit() -> str | None:
 
 
 def _read_git_commit() -> str | None:
+    """``$BNNBENCH_GIT_COMMIT`` where the code runs from an installed copy outside its clone (a lent GPU machine, see
+    bench/gpu_session.sh), else ``git rev-parse HEAD`` of the source tree."""
+    if os.environ.get("BNNBENCH_GIT_COMMIT"):
+        return os.environ["BNNBENCH_GIT_COMMIT"]
     try:
         root = Path(__file__).resolve().parent.parent
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)

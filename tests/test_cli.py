@@ -83,6 +83,16 @@ def test_divergence_writes_failure_and_no_record(tmp_path):
     assert failed["status"] == "failed" and "non-finite" in failed["reason"]
 
 
+def test_a_precision_that_is_not_positive_definite_is_recorded_as_a_failure(tmp_path):
+    """full_gaussian's float32 precision on an MLP loses positive definiteness in its first epoch: the run stops, and
+    failed.json names the Cholesky failure (no crash, no record)."""
+    (tmp_path / "run").mkdir()
+    with pytest.raises(DivergenceError, match="diverged at epoch 1: .*not positive-definite"):
+        _run(tmp_path, "method=full_gaussian", "data=uci/boston")
+    assert not (tmp_path / "run" / "record.json").exists()
+    assert "positive-definite" in json.loads((tmp_path / "run" / "failed.json").read_text())["reason"]
+
+
 def test_interrupted_write_leaves_no_partial_record(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise KeyboardInterrupt

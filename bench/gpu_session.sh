@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# What a lent GPU machine (the `device` tool; results/README.md "GPU runs") runs, as two calls on the warm machine:
+#
+#   bash bench/gpu_session.sh check   # CUDA tests (tests/test_cuda.py) and the GPU timing benchmarks  (~4 min)
+#   bash bench/gpu_session.sh appf    # App. F of global inducing points (gi_mnist500, 16 cells) until the deadline
+#
+# The machine has torch, numpy, scipy, pandas, scikit-learn, matplotlib and pytest but not hydra-core, omegaconf,
+# antlr4 or platformdirs: those and bnnbench itself travel as wheels in .whl/ (carry .whl and .gpu), made here by
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl hydra-core==1.3.2 omegaconf==2.3.0 \
+#       platformdirs==4.3.6; pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3 .
+# and MNIST and boston travel in .gpu/data (the mirror's layout). Outputs go to $OUT: logs, and runs.tar.gz with the
+# run directories (records, and checkpoints of unfinished cells) to unpack into results/runs.
+# BNNBENCH_GIT_COMMIT names the commit the wheel was built from (the machine's copy has no git history).
+set -u
+OUT=${OUT:-/tmp/gpu_out}
+mkdir -p "$OUT"
+REPO=$PWD
+DEADLINE=$((SECONDS + ${GPU_BUDGET_S:-480}))
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+# PYTHONSAFEPATH: the repository's bnnbench/ (no configs package there) must not shadow the installed one
+export PYTHONPATH=/tmp/site PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1 BNNBENCH_MIRROR=$REPO/.gpu/data \
+    BNNBENCH_CACHE=/tmp/bnnbench-cache BNNBENCH_OFFLINE=1
+left() { echo $((DEADLINE - SECONDS)); }
+
+case "${1:-check}" in
+check)
+    {
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+        python3 -c "import torch, bnnbench; print('torch', torch.__version__, torch.cuda.get_device_name(0), bnnbench.__file__)"
+    } 2>&1 | tee "$OUT/env.txt"
+    {
+        cd bench
+        timeout 100 python3 gi_step_ratios.py --device cuda --rounds 5 --steps 5 --threads 4
+        timeout 60 python3 gi_step_ratios.py --device cuda --rounds 3 --steps 3 --threads 4 --arch resnet8 \
+            --image 3,32,32 --train 50000 --prior spatial_iw
+        timeout 60 python3 step_ratios.py --device cuda --steps 50
+        timeout 60 python3 mnist_epoch.py --device cuda --ranks 1,8,32 --steps 20
+    } 2>&1 | tee "$OUT/bench.txt"
+    (cd /tmp && timeout "$(left)" python3 -m pytest "$REPO/tests/test_cuda.py" --rootdir "$REPO" -c "$REPO/pyproject.toml" \
+        -p no:cacheprovider -q -rfE 2>&1) | tee "$OUT/tests.txt"
+    ;;
+appf)
+    # the experiment lists its cells most informative first (the Scale prior, then the spatial prior, ...)
+    for w in 1 2 3 4; do   # four processes share the queue: a cell claimed by one is skipped by the others
+        (cd /tmp && timeout "$(left)" python3 -m bnnbench.cli reproduce gi_mnist500 --runs-root /tmp/runs \
+            --out /tmp/tables device=cuda threads=3 > "$OUT/appf_$w.txt" 2>&1) &
+        sleep 2
+    done
+    wait
+    tar -C /tmp/runs -czf "$OUT/runs.tar.gz" . && ls -la "$OUT"
+    find /tmp/runs -name record.json | sort
+    ;;
+esac

@@ -1,0 +1,145 @@
+"""CUDA: every method's step on the GPU equals its step on the CPU (float64, the same state, minibatch and noise), the
+replica axis holds there, the solved methods solve alike, and every method runs end to end with ``device=cuda``.
+
+Skipped without a GPU (CI has none); `bench/gpu_session.sh` runs it on a lent one. ``BNNBENCH_TEST_DEVICE=cpu``
+runs the same checks with the CPU standing in for the GPU (a check of this file, not of CUDA)."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from bnnbench.config import compose
+from bnnbench.execute import execute
+from bnnbench.methods import METHODS, Batch, slice_state
+from bnnbench.models import MLP
+
+from datapaths import MIRROR
+from test_replica import CASES, DT, SOLVED, _problem, _slice_noise, method_cfg
+
+DEVICE = torch.device(os.environ.get("BNNBENCH_TEST_DEVICE", "cuda"))
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(DEVICE.type == "cuda" and not torch.cuda.is_available(), reason="no CUDA device")]
+
+
+def _to(x, dev):
+    if x is None or isinstance(x, (int, float, str)):
+        return x
+    if isinstance(x, torch.Tensor):
+        return x.to(dev)
+    if isinstance(x, Batch):
+        return Batch(_to(x.x, dev), _to(x.y, dev), _to(x.n_data, dev))
+    if isinstance(x, dict):
+        return {k: _to(v, dev) for k, v in x.items()}
+    return type(x)(_to(v, dev) for v in x)
+
+
+def _comparable(key, value):
+    """Eigenvector factors are defined up to sign: SLANG's ``U`` is compared through U U^T."""
+    if key == "U" and value.dim() == 3:
+        return value @ value.transpose(1, 2)
+    return value
+
+
+def _setup(case, g):
+    name, settings = CASES[case]
+    d_in = 1
+    for s in settings.get("image_shape", [4]):
+        d_in *= s
+    model = MLP([d_in, 6, 1])
+    method = METHODS[name](method_cfg(name, **settings), model, "gaussian")
+    R = 3
+    state = method.init(_problem(R, model, g), g)
+    B = int(state["n_data"].max()) if method.full_batch else 5
+    batch = Batch(x=torch.randn(R, B, d_in, generator=g, dtype=DT), y=torch.randn(R, B, generator=g, dtype=DT),
+                  n_data=state["n_data"])
+    return method, state, batch
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_step_on_the_device_equals_the_step_on_the_cpu(case):
+    """Three steps from the same CPU-drawn state and noise, on the CPU and on the device, float64: every state entry
+    and the objective agree to 1e-8 relative (cuBLAS / cuSOLVER against LAPACK sum in other orders)."""
+    g = torch.Generator().manual_seed(0)
+    method, state, batch = _setup(case, g)
+    for _ in range(3):
+        noise = method.noise(state, batch, g)
+        new, stats = method.step(state, batch, noise)
+        on_dev, stats_dev = method.step(_to(state, DEVICE), _to(batch, DEVICE), _to(noise, DEVICE))
+        assert on_dev.keys() == new.keys()
+        for k in new:
+            assert on_dev[k].device.type == DEVICE.type, (case, k)
+            a, b = _comparable(k, new[k].detach()), _comparable(k, on_dev[k].detach().cpu())
+            assert a.dtype == b.dtype, (case, k)
+            if a.is_floating_point():
+                scale = a.abs().max().clamp_min(1.0)
+                assert torch.allclose(b, a, rtol=1e-8, atol=1e-10 * float(scale)), (case, k, (b - a).abs().max())
+            else:
+                assert torch.equal(a, b), (case, k)
+        assert torch.allclose(stats_dev["objective"].cpu(), stats["objective"], rtol=1e-8), case
+        state = new
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_replica_update_equals_update_alone_on_the_device(case):
+    g = torch.Generator().manual_seed(1)
+    method, state, batch = _setup(case, g)
+    state, batch = _to(state, DEVICE), _to(batch, DEVICE)
+    noise = _to(method.noise(_to(state, "cpu"), _to(batch, "cpu"), g), DEVICE)
+    new, stats = method.step(state, batch, noise)
+    for r in range(batch.x.shape[0]):
+        alone, st = method.step(slice_state(state, r), Batch(batch.x[r:r + 1], batch.y[r:r + 1],
+                                                             batch.n_data[r:r + 1]), _slice_noise(noise, r))
+        for k in new:
+            assert torch.allclose(new[k][r:r + 1], alone[k], rtol=1e-10, atol=1e-12), (case, k, r)
+        assert torch.allclose(stats["objective"][r], st["objective"][0], rtol=1e-10)
+
+
+@pytest.mark.parametrize("name", SOLVED)
+def test_solved_methods_solve_alike_on_the_device(name, tmp_path, monkeypatch):
+    import numpy as np
+
+    from bnnbench.engine import ReplicaData
+    from bnnbench.methods import Problem
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 3))
+    y = (rng.random(50) < 1 / (1 + np.exp(-X @ [1.0, -2.0, 0.5]))).astype(float)
+    pairs = [(np.arange(0, 30), np.arange(30, 50))]
+    model = MLP([3, 1])
+    method = METHODS[name](method_cfg(name), model, "bernoulli")
+    out = {}
+    for dev in ("cpu", DEVICE):
+        monkeypatch.setenv("BNNBENCH_CACHE", str(tmp_path / str(dev)))
+        data = ReplicaData.build(X, y, pairs, normalize_x=False, normalize_y=False, dtype=DT, device=dev)
+        prior = torch.ones(1, model.n_params, dtype=DT, device=dev)
+        out[str(dev)], _ = method.solve(Problem("bernoulli", data.n_train[data.data_index], prior), data, gtol=1e-9)
+    cpu, dev = out["cpu"], out[str(DEVICE)]
+    for k in cpu:
+        assert torch.allclose(dev[k].cpu(), cpu[k], rtol=1e-6, atol=1e-8), (name, k)
+
+
+# every method on a data set its default settings accept, two splits, two epochs (steps, transitions), few samples
+UCI = ["data=uci/boston", "protocol.splits=[0,1]", "protocol.epochs=2"]
+GI = ["data=uci/boston", "protocol=gi_uci", "protocol.splits=[0,1]", "protocol.steps={default: 2, fac: 2}"]
+LOGREG = ["data=libsvm/australian", "protocol.splits=[1,2]", "protocol.epochs=2"]
+E2E = {**{n: UCI for n in METHODS},
+       **{n: GI for n in ("fac", "li", "gi", "fac_gi", "rand_gi")},
+       "hmc": [*UCI, "protocol=hmc_uci", "method.warmup=1", "method.keep=1", "method.thin=1", "method.chains=2",
+               "method.leapfrog_steps=3"],
+       **{n: ["protocol=slang_logreg", *LOGREG] for n in ("exact_mf", "exact_full", "full_gaussian")},
+       "vadam_matlab": ["protocol=vadam_logreg", "data=libsvm/breast_cancer", "protocol.splits=[1]",
+                        "protocol.epochs=2"],
+       "mc_dropout": [*UCI, "hparams.dropout=0.05"]}
+TINY = ["protocol.eval_samples=4", "protocol.eval_every=null", "progress=false", "hpo=fixed"]
+
+
+@pytest.mark.skipif(not (MIRROR / "MANIFEST.md").is_file() and not (MIRROR / "mnist").is_dir(),
+                    reason="needs the data mirror")
+@pytest.mark.parametrize("name", sorted(E2E))
+def test_every_method_runs_end_to_end_on_the_device(name, tmp_path, module_env):
+    ov = [f"method={name}", *E2E[name], *TINY, f"device={DEVICE.type}"]
+    rec = execute(compose(ov), ov, tmp_path / "run", log=lambda m: None)
+    on_disk = json.loads((tmp_path / "run" / "record.json").read_text())
+    assert on_disk["status"] == "ok" and on_disk["device"].startswith(DEVICE.type)
+    assert rec["summary"] and all(abs(s["mean"]) < float("inf") for s in rec["summary"].values()), rec["summary"]
