@@ -1,0 +1,27 @@
+"""The installed package, not only the source tree: a wheel holds the Hydra config tree, the reference tables and the
+data registry (an editable install reads them from the source tree and would hide a wheel that lacks them)."""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from datapaths import REPO
+
+
+@pytest.mark.e2e
+def test_the_wheel_holds_every_config_reference_table_and_the_registry(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()   # a copy: setuptools' build/ in the clone could hold files of an earlier build
+    for name in ("pyproject.toml", "README.md", "bnnbench", "configs"):
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, src / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path), str(src)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("bnnbench-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    wanted = {f"bnnbench/configs/{p.relative_to(REPO / 'configs')}" for p in (REPO / "configs").rglob("*.yaml")}
+    wanted |= {f"bnnbench/reference/{p.name}" for p in (REPO / "bnnbench" / "reference").glob("*.csv")}
+    wanted |= {"bnnbench/data/registry.json", "bnnbench/configs/__init__.py", "bnnbench/methods/__init__.py"}
+    assert len(wanted) > 60 and not wanted - names, sorted(wanted - names)
