@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What a lent GPU machine (the `device` tool; results/README.md "GPU runs") runs, as two calls on the warm machine:
 #
-#   bash bench/gpu_session.sh check   # CUDA tests (tests/test_cuda.py) and the GPU timing benchmarks  (~4 min)
-#   bash bench/gpu_session.sh appf    # App. F of global inducing points (gi_mnist500, 16 cells) until the deadline
+#   GPU_BUDGET_S=300 bash bench/gpu_session.sh check   # CUDA tests (tests/test_cuda.py), GPU timing benchmarks
+#   GPU_BUDGET_S=380 bash bench/gpu_session.sh appf    # App. F of global inducing points (gi_mnist500) until then
 #
 # The machine has torch, numpy, scipy, pandas, scikit-learn, matplotlib and pytest but not hydra-core, omegaconf,
 # antlr4 or platformdirs: those and bnnbench itself travel as wheels in .whl/ (carry .whl and .gpu), made here by
@@ -29,16 +29,16 @@ check)
         nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
         python3 -c "import torch, bnnbench; print('torch', torch.__version__, torch.cuda.get_device_name(0), bnnbench.__file__)"
     } 2>&1 | tee "$OUT/env.txt"
+    (cd /tmp && PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 timeout 150 python3 -m pytest "$REPO/tests/test_cuda.py" \
+        --rootdir "$REPO" -c "$REPO/pyproject.toml" -p no:cacheprovider -q -rfE --durations=5 2>&1) | tee "$OUT/tests.txt"
     {
         cd bench
-        timeout 100 python3 gi_step_ratios.py --device cuda --rounds 5 --steps 5 --threads 4
-        timeout 60 python3 gi_step_ratios.py --device cuda --rounds 3 --steps 3 --threads 4 --arch resnet8 \
+        timeout 70 python3 gi_step_ratios.py --device cuda --rounds 5 --steps 5 --threads 4
+        timeout 50 python3 gi_step_ratios.py --device cuda --rounds 3 --steps 3 --threads 4 --arch resnet8 \
             --image 3,32,32 --train 50000 --prior spatial_iw
-        timeout 60 python3 step_ratios.py --device cuda --steps 50
-        timeout 60 python3 mnist_epoch.py --device cuda --ranks 1,8,32 --steps 20
+        timeout "$(left)" python3 step_ratios.py --device cuda --steps 50
+        timeout "$(left)" python3 mnist_epoch.py --device cuda --ranks 1,8,32 --steps 20
     } 2>&1 | tee "$OUT/bench.txt"
-    (cd /tmp && PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 timeout "$(left)" python3 -m pytest "$REPO/tests/test_cuda.py" --rootdir "$REPO" -c "$REPO/pyproject.toml" \
-        -p no:cacheprovider -q -rfE 2>&1) | tee "$OUT/tests.txt"
     ;;
 appf)
     # the experiment lists its cells most informative first (the Scale prior, then the spatial prior, ...)
