@@ -8,8 +8,8 @@
 # antlr4 or platformdirs: those and bnnbench itself travel as wheels in .whl/ (carry .whl and .gpu), made here by
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl hydra-core==1.3.2 omegaconf==2.3.0 \
 #       platformdirs==4.3.6; pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3 .
-# and MNIST and boston travel in .gpu/data (the mirror's layout). Outputs go to $OUT: logs, and runs.tar.gz with the
-# run directories (records, and checkpoints of unfinished cells) to unpack into results/runs.
+# and MNIST, boston and two LIBSVM sets travel in .gpu/data (the mirror's layout). Outputs go to $OUT: logs, and
+# runs.tar.gz with the finished cells' records to unpack into results/runs.
 # BNNBENCH_GIT_COMMIT names the commit the wheel was built from (the machine's copy has no git history).
 set -u
 OUT=${OUT:-/tmp/gpu_out}
@@ -37,18 +37,20 @@ check)
         timeout 50 python3 gi_step_ratios.py --device cuda --rounds 3 --steps 3 --threads 4 --arch resnet8 \
             --image 3,32,32 --train 50000 --prior spatial_iw
         timeout "$(left)" python3 step_ratios.py --device cuda --steps 50
-        timeout "$(left)" python3 mnist_epoch.py --device cuda --ranks 1,8,32 --steps 20
+        PYTHONSAFEPATH= timeout "$(left)" python3 mnist_epoch.py --device cuda --ranks 1,8,32 --steps 20
     } 2>&1 | tee "$OUT/bench.txt"
     ;;
 appf)
     # the experiment lists its cells most informative first (the Scale prior, then the spatial prior, ...)
     for w in 1 2 3 4; do   # four processes share the queue: a cell claimed by one is skipped by the others
-        (cd /tmp && timeout "$(left)" python3 -m bnnbench.cli reproduce gi_mnist500 --runs-root /tmp/runs \
+        (cd /tmp && timeout "$(( $(left) - 20 ))" python3 -m bnnbench.cli reproduce gi_mnist500 --runs-root /tmp/runs \
             --out /tmp/tables device=cuda threads=3 > "$OUT/appf_$w.txt" 2>&1) &
         sleep 2
     done
     wait
-    tar -C /tmp/runs -czf "$OUT/runs.tar.gz" . && ls -la "$OUT"
-    find /tmp/runs -name record.json | sort
+    # the records only: a transfer takes files of at most 16 MiB, and gi's checkpoints (its pseudo-outputs are feature
+    # maps per inducing point, with their Adam moments) are 400 MB, li's 127 MB
+    (cd /tmp/runs && find . -name record.json -o -name history.json -o -name failed.json | tar -czf "$OUT/runs.tar.gz" -T -)
+    ls -la "$OUT"; find /tmp/runs -name record.json | sort
     ;;
 esac

@@ -178,7 +178,7 @@ def cmd_table(args) -> int:
 
 def cmd_plot(args) -> int:
     from bnnbench.plots import (box_figure, convergence_figure, covariance_figure, elbo_depth_figure,
-                                predictive_figure)
+                                final_values_table, predictive_figure)
     spec = experiment_spec(args.experiment)
     fig = spec.get("figure") or {}
     if fig.get("convergence", True):
@@ -193,6 +193,10 @@ def cmd_plot(args) -> int:
         print(f"wrote {out}" if out else f"no stored posteriors of {args.experiment} under {args.runs_root}")
     if (spec.get("figure") or {}).get("boxes"):
         out = box_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_boxes.png")
+        print(f"wrote {out}" if out else f"no run records of {args.experiment} under {args.runs_root}")
+    if fig.get("final_table"):   # beside the tables: results/tables/<experiment>_final.md
+        table = Path(args.out).parent / "tables" / f"{args.experiment}_final.md"
+        out = final_values_table(spec, Path(args.runs_root), table)
         print(f"wrote {out}" if out else f"no run records of {args.experiment} under {args.runs_root}")
     return 0
 
