@@ -22,6 +22,13 @@ def test_the_wheel_holds_every_config_reference_table_and_the_registry(tmp_path)
     (wheel,) = tmp_path.glob("bnnbench-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     wanted = {f"bnnbench/configs/{p.relative_to(REPO / 'configs')}" for p in (REPO / "configs").rglob("*.yaml")}
-    wanted |= {f"bnnbench/reference/{p.name}" for p in (REPO / "bnnbench" / "reference").glob("*.csv")}
+    wanted |= {f"bnnbench/reference/{p.relative_to(REPO / 'bnnbench' / 'reference')}"
+               for p in (REPO / "bnnbench" / "reference").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     wanted |= {"bnnbench/data/registry.json", "bnnbench/configs/__init__.py", "bnnbench/methods/__init__.py"}
+    listed = {f"bnnbench/configs/{d.relative_to(REPO / 'configs')}/".replace("/./", "/")
+              for d in (REPO / "configs").rglob("*") if d.is_dir()}
+    with open(REPO / "pyproject.toml", "rb") as f:
+        import tomllib
+        packages = tomllib.load(f)["tool"]["setuptools"]["packages"]
+    assert {p.replace(".", "/") + "/" for p in packages} >= listed   # every config group listed (setuptools' rule)
     assert len(wanted) > 60 and not wanted - names, sorted(wanted - names)
