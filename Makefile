@@ -17,7 +17,7 @@ install:  ## virtual environment in .venv with bnnbench (editable), the test too
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[dev]"
 
-test:  ## fast tests (about 70 s on 2 idle cores; end-to-end runs: make test-e2e, long checks: make test-slow)
+test:  ## fast tests (about 65 s; end-to-end runs and the check of every committed record: make test-e2e; long: make test-slow)
 	$(PY) -m pytest
 
 test-e2e:  ## end-to-end runs through the CLI, reproduce and worker processes
