@@ -108,3 +108,38 @@ def test_logistic_regression_against_the_dense_ef_update(rank, eig):
             assert torch.allclose(state["mean"][0], mean - 0.1 * step, rtol=1e-8, atol=1e-10)
         e = torch.linalg.eigvalsh(target).flip(0)[:rank]
         assert torch.allclose(torch.linalg.eigvalsh(U @ U.T).flip(0)[:rank], e, rtol=1e-6)
+
+
+@pytest.mark.parametrize("eig, M", [("gram", 4), ("gram", 16), ("randomized", 4), ("nystrom", 4)])
+def test_eigenpairs_are_kept_relative_to_the_largest_at_any_scale(eig, M):
+    """Features scaled by 1e-4 and prior precision 1e-9 (49-dimensional logistic regression, L = 3): the third
+    eigenvalue of (1 - beta) U U^T + beta G_hat is below 1e-6 but far above float64's resolution of the largest. The
+    first step keeps the top three and its mean step equals the exact top-3 update
+    (M = 16: 48 per-example gradients, the dense P x P route; M = 4: the Gram route)."""
+    g = torch.Generator().manual_seed(3)
+    model, S, N, lam, L = MLP([48, 1]), 3, 50, 1e-9, 3
+    P = model.n_params
+    cfg = dict(rank=L, lr=0.1, beta=0.2, decay_lr=0.0, decay_beta=0.0, momentum=0.0, train_samples=S, s_init=1e-9,
+               init_mean="zero", eig=eig, n_iter=30, oversample=P - L)
+    method = METHODS["slang"](OmegaConf.create(cfg), model, "bernoulli")
+    state = method.init(Problem("bernoulli", torch.tensor([N]), torch.full((1, P), lam, dtype=DT)), g)
+    batch = Batch(1e-4 * torch.randn(1, M, 48, generator=g, dtype=DT),
+                  (torch.rand(1, M, generator=g) < 0.5).to(DT), torch.tensor([N]))
+    bce = lambda f, y: torch.nn.functional.binary_cross_entropy_with_logits(f[0], y)  # noqa: E731
+    noise = method.noise(state, batch, g)
+    theta = method.sample(state, noise[0])[0]
+    d_old, mean = state["d"][0], state["mean"][0]
+    new, _ = method.step(state, batch, noise)
+    grads = torch.cat([per_example_grads(model, bce, theta[s], batch.x[0], batch.y[0]) for s in range(S)])
+    G_hat = N / grads.shape[0] * grads.T @ grads
+    target = 0.2 * G_hat                                     # U = 0 at the start
+    e, V = torch.linalg.eigh(target)
+    e, V = e.flip(0)[:L], V.flip(1)[:, :L]
+    assert e[-1] < 1e-6 < e[0]   # the scale of the issue: the bias's eigenvalue is large, the third below 1e-6
+    U_exact = V * e.sqrt()
+    d_exact = 0.8 * d_old + 0.2 * lam + target.diagonal() - (U_exact ** 2).sum(1)
+    g_hat = N / grads.shape[0] * grads.sum(0)
+    step = torch.linalg.solve(U_exact @ U_exact.T + torch.diag(d_exact), g_hat + lam * mean)
+    U = new["U"][0]
+    assert torch.allclose(torch.linalg.eigvalsh(U @ U.T).flip(0)[:L], e, rtol=1e-6)
+    assert torch.allclose(new["mean"][0], mean - 0.1 * step, rtol=1e-6, atol=0)

@@ -42,6 +42,12 @@ def decayed(rate0: float, kappa: float, t: torch.Tensor) -> torch.Tensor:
     return rate0 / (1 + t.to(torch.float64) ** kappa)
 
 
+def resolved(e: torch.Tensor, n: int) -> torch.Tensor:
+    """Eigenvalues ``e [R, k]`` of an n x n PSD matrix that its dtype resolves: e > n eps max(e). Below that an
+    eigenpair is rounding (a null direction); an absolute cut-off instead would depend on the data's units."""
+    return e > n * torch.finfo(e.dtype).eps * e.amax(-1, keepdim=True).clamp_min(0)
+
+
 @dataclass
 class SLANGConfig(MethodConfig):
     name: str = "slang"
@@ -159,15 +165,16 @@ class SLANG(Method):
             A = (a_U ** 2 * (U @ U.transpose(1, 2)) + G @ G.transpose(1, 2)).double()
             # float64: in float32, LAPACK's eigh fails to converge on a1a's many exactly zero eigenvalues
             e, V = top_eigh(0.5 * (A + A.transpose(1, 2)), L)
+            keep = resolved(e, P)
             e, V = e.to(U.dtype), V.to(U.dtype)
-            return V * (e.clamp_min(0).sqrt() * (e > 1e-6).to(U.dtype)).unsqueeze(1)
+            return V * (e.clamp_min(0).sqrt() * keep.to(U.dtype)).unsqueeze(1)
         if how == "gram":
             UU = a_U ** 2 * (U.transpose(1, 2) @ U)
             UG = a_U * Gt(U).transpose(1, 2)                               # [R, L, n]
             GG = G.transpose(1, 2) @ G if materialised else c ** 2 * gradient_gram(factors)
             BtB = torch.cat([torch.cat([UU, UG], 2), torch.cat([UG.transpose(1, 2), GG], 2)], 1)
             e, V = top_eigh(BtB, L)
-            V = V * (e > 1e-6).to(U.dtype).unsqueeze(1)                   # drop null directions
+            V = V * resolved(e, BtB.shape[-1]).to(U.dtype).unsqueeze(1)   # drop null directions
             U_new = Gx(V[:, L:], out=U @ (a_U * V[:, :L]))                # B v_k, norm sqrt(e_k)
             if e.shape[-1] < L:  # fewer columns than the rank (tiny problems)
                 U_new = torch.cat([U_new, U_new.new_zeros(R, P, L - e.shape[-1])], -1)
@@ -180,7 +187,7 @@ class SLANG(Method):
 
         eig = fast_eig if how == "randomized" else nystrom_eig
         e, V = eig(A, probes, L, n_iter=int(self.cfg.n_iter))
-        e = torch.where(e > 1e-6, e, torch.zeros_like(e))
+        e = torch.where(resolved(e, P), e, torch.zeros_like(e))
         return V * e.sqrt().unsqueeze(1)
 
     def predict(self, state, x, n_samples, generator):
