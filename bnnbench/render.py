@@ -36,6 +36,7 @@ _VERDICT_WORDS_MD = {
     "reproduced": "ok",
     "better": "better",
     "worse": "**WORSE**",
+    "inconclusive": "inconclusive (our se > 3x the paper's)",
     "not_run": "not run",
     "unattributed": "no verdict (cell unattributed)",
 }
@@ -43,6 +44,7 @@ _VERDICT_WORDS_TEX = {
     "reproduced": "ok",
     "better": "better",
     "worse": "\\textbf{worse}",
+    "inconclusive": "inconcl.",
     "not_run": "--",
     "unattributed": "n/a",
 }

@@ -4,7 +4,9 @@ Verdict rule (see :func:`verdict`): *reproduced* when our mean rounds to the
 printed value, or when |z| <= 2 with z = (ours - paper) / sqrt(se^2 + e^2),
 e = max(published error, half a unit of the printed last digit); without a
 published error, when within 5 % relative (KL cells: within a factor 1.25);
-otherwise *better* / *worse* by the metric's direction.  No record: *not_run*.
+otherwise *better* / *worse* by the metric's direction.  A cell that would be
+*reproduced* while our standard error exceeds 3 e is *inconclusive*: its error
+bar, not its agreement, makes |z| small.  No record: *not_run*.
 
 :func:`compare_verdicts` lists the cells a new table lost against an old one
 (the regression check, ``bnnbench.regression_check``).
@@ -27,6 +29,7 @@ __all__ = [
     "Z_THRESHOLD",
     "REL_TOL",
     "KL_FACTOR",
+    "INCONCLUSIVE_FACTOR",
     "VERDICT_RULE",
     "verdict",
     "is_missing",
@@ -36,13 +39,15 @@ __all__ = [
     "compare_verdicts",
 ]
 
-VERDICTS = ("reproduced", "better", "worse", "not_run", "unattributed")  # unattributed: the published cell
-# could not be read from the paper with confidence (its candidates are shown, no verdict is claimed)
+VERDICTS = ("reproduced", "better", "worse", "inconclusive", "not_run", "unattributed")  # unattributed: the
+# published cell could not be read from the paper with confidence (its candidates are shown, no verdict is claimed);
+# inconclusive: within the error bars only because ours is several times the paper's (not counted as reproduced)
 GOOD = ("reproduced", "better")
 
 Z_THRESHOLD = 2.0
 REL_TOL = 0.05
 KL_FACTOR = 1.25
+INCONCLUSIVE_FACTOR = 3.0
 
 _NA_STRINGS = {"", "na", "n/a", "nan", "none", "-", "--", "\u2013", "\u2014"}
 
@@ -51,7 +56,9 @@ VERDICT_RULE = (
     "|z| \u2264 2 with z = (ours \u2212 paper) / \u221a(se_ours\u00b2 + e\u00b2), "
     "e = max(paper's \u00b1, half a unit of its last printed digit); where the paper "
     "prints no \u00b1, if within 5% relative (KL cells: within a factor 1.25); otherwise "
-    "**better** / **worse** by the metric's direction; **not run** if we have no record."
+    "**better** / **worse** by the metric's direction. A cell that would be reproduced while "
+    "se_ours > 3e (our standard error over three times the paper's error) is **inconclusive** and "
+    "not counted as reproduced; **not run** if we have no record."
 )
 
 
@@ -108,7 +115,9 @@ def verdict(
       value at d decimals -> ``reproduced``.
     * Else with a published error e_p: e = max(e_p, h),
       z = (ours - paper) / sqrt(ours_se**2 + e**2); |z| <= 2 -> ``reproduced``,
-      else ``better``/``worse`` by ``higher_is_better``.  A zero denominator
+      else ``better``/``worse`` by ``higher_is_better``.
+    * With a published error, a cell that the two rules above call ``reproduced`` is ``inconclusive`` when
+      ``ours_se > 3 e``: our error bar, several times the paper's, is what makes the two agree.  A zero denominator
       falls through to the no-error rule.
     * Else with ``kind="binomial"`` (a single run's error rate, ``ours_se`` its binomial standard error):
       z = (ours - paper) / sqrt(ours_se**2 + h**2), |z| <= 2 -> ``reproduced`` (SLANG Table 3: about
@@ -144,17 +153,21 @@ def verdict(
     elif kind == "binomial" and se > 0:
         z = diff / math.sqrt(se * se + h * h)
 
+    # a published error bar that ours dwarfs: agreement within the bars confirms nothing
+    wide = e_dec is not None and se > INCONCLUSIVE_FACTOR * max(abs(float(e_dec)), h)
+    agreed = "inconclusive" if wide else "reproduced"
+
     # 1. rounding: the printed precision cannot tell them apart
     if math.isfinite(ours):
         quantum = Decimal(1).scaleb(-d)
         rounded = Decimal(repr(ours)).quantize(quantum, rounding=ROUND_HALF_EVEN)
         if rounded == p:
-            return "reproduced", z
+            return agreed, z
 
     # 2. published error -> z-score
     if not math.isnan(z):
         if abs(z) <= Z_THRESHOLD:
-            return "reproduced", z
+            return agreed, z
         return _direction(diff, higher_is_better), z
 
     # 3. no published error -> relative rule

@@ -52,6 +52,21 @@ class TestVerdict:
         # z is still reported: e = max(0, h=0.005), denom = sqrt(1e-6 + 2.5e-5)
         assert z == pytest.approx(0.004 / math.sqrt(0.001**2 + 0.005**2))
 
+    def test_agreement_within_our_own_wide_error_bar_is_inconclusive(self):
+        # SLANG Table 2 yacht RMSE: 2.568 +- 1.147 against 1.08 +- 0.06: |z| = 1.3 only because se = 19 e
+        v, z = verdict(2.568, 1.147, "1.08", "0.06", False)
+        assert v == "inconclusive" and z == pytest.approx((2.568 - 1.08) / math.sqrt(1.147 ** 2 + 0.06 ** 2))
+        # se at 3 e is still judged; just above 3 e it is not (e = max(0.06, h = 0.005))
+        assert verdict(1.20, 0.18, "1.08", "0.06", False)[0] == "reproduced"
+        assert verdict(1.20, 0.1801, "1.08", "0.06", False)[0] == "inconclusive"
+        # e = h where the paper prints 0.00: se 0.021 > 3 x 0.005, even with a mean that rounds to the printed value
+        assert verdict(-4.432, 0.021, "-4.43", "0.00", True)[0] == "inconclusive"
+        # a clear difference stays a difference, whatever our error bar
+        assert verdict(10.0, 1.0, "1.08", "0.06", False)[0] == "worse"
+        # without a published error there is nothing to compare the bars with: the 5 % rule decides
+        assert verdict(1.10, 5.0, "1.08", "", False)[0] == "reproduced"
+        assert "inconclusive" in VERDICTS
+
     def test_single_run_error_rate_uses_its_binomial_standard_error(self):
         # SLANG Table 3: 1.82 % printed without error; one run on 10k images at ~1.9 % has se ~0.137 pp
         se = 100 * math.sqrt(0.019 * 0.981 / 10000)
