@@ -237,12 +237,17 @@ def _verdict_md(r) -> str:
 def _long_rows(df: pd.DataFrame, spec: Mapping) -> list[str]:
     """``layout: long``: one row per published cell (dataset, metric, method), for tables with many columns."""
     proto = bool(spec.get("show_protocol"))
-    out = ["| Dataset | Metric | Method | ours | paper | verdict |" + (" protocol of ours |" if proto else ""),
-           "|---|---|---|--:|--:|:-:|" + ("---|" if proto else "")]
+    judged = bool(spec.get("printed_reference"))   # which precision each cell was judged at
+    out = ["| Dataset | Metric | Method | ours | paper | verdict |" + (" protocol of ours |" if proto else "")
+           + (" judged at | reference's value |" if judged else ""),
+           "|---|---|---|--:|--:|:-:|" + ("---|" if proto else "") + ("---|--:|" if judged else "")]
     for r in df.to_dict("records"):
         ours, paper = _cell_strings(r)
         cells = [r["dataset"], _metric_label(r["metric"], spec), _method_label(r["method"], r["setting"]),
                  ours, paper, _verdict_md(r)] + ([r.get("protocol") or ""] if proto else [])
+        if judged:
+            ref = r.get("reference_value")
+            cells += [r.get("judged_at") or "", "" if is_missing(ref) else f"{float(ref):.6g}"]
         out.append("| " + " | ".join(_md_escape(str(c)) for c in cells) + " |")
     return out
 

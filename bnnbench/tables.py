@@ -26,7 +26,7 @@ from bnnbench.paired import PAIRED_METRICS
 from bnnbench.reference import KEYS, dataset_ref_name, read_reference, reference_path, spec_methods, spec_metrics
 from bnnbench.render import render_latex, render_markdown
 from bnnbench.results import FAILED, RECORD, atomic_write_text, load_record, run_dir
-from bnnbench.verdicts import as_decimal, is_missing, norm_keys, verdict
+from bnnbench.verdicts import as_decimal, decimal_places, is_missing, norm_keys, verdict
 
 __all__ = [
     "COLUMNS",
@@ -54,6 +54,8 @@ EXTRA_COLUMNS = [
     "run_status",
     "protocol",
     "selected",
+    "judged_at",        # the precision the verdict used: the paper's printed decimals or the reference's
+    "reference_value",  # the reference's own value (scaled) where the verdict used the printed one
 ]
 
 
@@ -175,6 +177,39 @@ def _candidates_note(cell) -> str:
     return "?"
 
 
+def _printed_index(spec: Mapping, reference_dir) -> dict[tuple, pd.Series]:
+    """``printed_reference: {file, table}``: the paper's table as printed, for a spec whose ``reference`` carries more
+    digits (the authors' CSV): cells are judged at the precision the paper printed."""
+    pr = spec.get("printed_reference")
+    if not pr:
+        return {}
+    ref = read_reference(reference_path({"name": spec.get("name"), "reference": pr["file"]}, reference_dir))
+    if pr.get("table"):
+        ref = ref[ref["table"] == str(pr["table"])]
+    return {(r["dataset"], r["method"], r["setting"], r["metric"]): r for _, r in ref.iterrows()
+            if not is_missing(r["value"])}
+
+
+def _judged_against(cell, p_dec, e_dec, scale: float, printed_index: Mapping) -> dict:
+    """The value, error and scale a verdict compares with: the reference's own, or, where the paper printed the cell
+    with fewer digits than the reference carries, the printed value (its decimals set the rounding rule and the
+    half-unit floor of e) with the reference's error brought to the printed scale."""
+    own = {"value": cell["value"], "error": cell["error"], "error_printed": cell["error"], "scale": scale,
+           "printed": False,
+           "judged_at": f"{decimal_places(p_dec)} decimals (reference)" if p_dec is not None else ""}
+    printed = printed_index.get((cell["dataset"], cell["method"], cell["setting"], cell["metric"]))
+    if printed is None or p_dec is None:
+        return own
+    pv = as_decimal(printed["value"])
+    p_scale = float(printed["scale"]) if not is_missing(printed["scale"]) else 1.0
+    if decimal_places(pv) - math.log10(p_scale) >= decimal_places(p_dec) - math.log10(scale):
+        return own   # the reference is no more precise than the print
+    err = None if e_dec is None else float(e_dec) * scale / p_scale
+    return {"value": printed["value"], "error": "" if err is None else repr(err),
+            "error_printed": "" if err is None else f"{err:.{decimal_places(pv)}f}", "scale": p_scale,
+            "printed": True, "judged_at": f"{decimal_places(pv)} decimals (as printed)"}
+
+
 def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
     """One row per published cell of the spec's methods x datasets x metrics.
 
@@ -210,6 +245,7 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
     cell_index: dict[tuple, pd.Series] = {}
     for _, r in ref.iterrows():
         cell_index.setdefault((r["dataset"], r["method"], r["setting"], r["metric"]), r)
+    printed_index = _printed_index(spec, reference_dir)
 
     runs_root = Path(runs_root)
     used_m, used_d, used_k = set(), set(), set()
@@ -248,14 +284,20 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                     conv = ""
                     status = run_status
                 proto = _protocol_of(rec)
+                judge = _judged_against(cell, p_dec, e_dec, scale, printed_index)
                 if unattributed:
                     v, z = "unattributed", nan
                 else:
                     v, z = verdict(
-                        None if math.isnan(ours) else ours / scale,
-                        se / scale if not math.isnan(se) else se,
-                        cell["value"], cell["error"], mm["higher_is_better"], mm["kind"],
+                        None if math.isnan(ours) else ours / judge["scale"],
+                        se / judge["scale"] if not math.isnan(se) else se,
+                        judge["value"], judge["error"], mm["higher_is_better"], mm["kind"],
                     )
+                reference_value = nan
+                if judge["printed"]:   # the paper column shows what the paper printed, the reference's value beside
+                    reference_value = float(p_dec) * scale
+                    p_dec, scale = as_decimal(judge["value"]), judge["scale"]
+                    e_dec = as_decimal(judge["error"])
                 paper = float(p_dec) * scale if p_dec is not None else nan
                 rows.append({
                     "dataset": cell["dataset"],
@@ -276,14 +318,16 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                     "our_metric": key,
                     "higher_is_better": mm["higher_is_better"],
                     "kind": mm["kind"],
-                    "paper_printed": _candidates_note(cell) if unattributed else cell["value"],
-                    "paper_err_printed": cell["error"],
+                    "paper_printed": _candidates_note(cell) if unattributed else judge["value"],
+                    "paper_err_printed": judge["error_printed"],
                     "scale": scale,
                     "error_kind": cell["error_kind"],
                     "stderr_convention": conv,
                     "run_status": status,
                     "protocol": proto,
                     "selected": selected,
+                    "judged_at": judge["judged_at"],
+                    "reference_value": reference_value,
                 })
 
     unmatched = []
@@ -299,7 +343,7 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                          + "; ".join(unmatched))
     df = pd.DataFrame(rows, columns=COLUMNS + EXTRA_COLUMNS)
     for c in ["ours", "ours_se", "paper", "paper_err", "z", "rel_diff", "n",
-              "wall_time_s", "scale"]:
+              "wall_time_s", "scale", "reference_value"]:
         df[c] = df[c].astype(float)
     return df
 
