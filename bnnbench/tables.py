@@ -269,8 +269,8 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                 paired_status = None
                 if rec is not None and mm.get("against"):
                     (ours, se, n), paired_status = _paired_summary(runs_root, name, selected or mid, ds, mm)
-                elif rec is not None:
-                    ours, se, n = _summary_of(rec, key)
+                elif rec is not None:   # a column may read another metric of its records (Dropout: per-point LL)
+                    ours, se, n = _summary_of(rec, (m.get("metric_keys") or {}).get(key, key))
                 if rec is not None:
                     if mm.get("se_metric") and n == 1:  # one run: the metric's own standard error (binomial)
                         se = _summary_of(rec, mm["se_metric"])[0]

@@ -433,3 +433,20 @@ def test_the_three_australian_cells_where_the_print_and_the_csv_differ():
     assert sorted(differ) == [("australian", "Full-Gaussian Exact", "neg_elbo"),
                               ("australian", "Full-Gaussian Exact", "test_nll"),
                               ("australian", "Mean-Field Hessian", "neg_elbo")]
+
+
+def test_a_column_can_read_another_metric_of_its_records(tmp_path):
+    """``metric_keys``: the Dropout column's test LL is Gal's per-point one, the other columns' the joint one."""
+    spec = {"name": "slang_table2", "reference": "slang_table2_uci.csv", "table": "Table 2",
+            "methods": {"bbb": {"paper_method": "BBB", "setting": ""},
+                        "mc_dropout": {"paper_method": "Dropout", "setting": "",
+                                       "metric_keys": {"loglik_joint": "loglik_pointwise"}}},
+            "datasets": ["uci/boston"],
+            "metrics": {"loglik_joint": {"paper_metric": "test_loglik", "higher_is_better": True}}}
+    both = {"loglik_joint": {"mean": -9.0, "stderr": 0.05, "n": 20},
+            "loglik_pointwise": {"mean": -2.47, "stderr": 0.05, "n": 20}}
+    for m in ("bbb", "mc_dropout"):
+        _write_record(tmp_path, m, "uci/boston", both)
+    df = build_table(spec, tmp_path)
+    assert _cell(df, "boston", "Dropout", "test_loglik").ours == -2.47
+    assert _cell(df, "boston", "BBB", "test_loglik").ours == -9.0
