@@ -201,6 +201,23 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_check_method(args) -> int:
+    """Exit 0 when every contract check passes, 1 (with what failed and why) when one does not."""
+    from bnnbench.contract import check_method
+    from bnnbench.methods import UnknownMethodError
+    try:
+        results = check_method(args.name)
+    except UnknownMethodError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for check, why in results:
+        print(f"  {'ok  ' if why is None else 'FAIL'}  {check}" + (f": {why}" if why else ""))
+    failed = [c for c, why in results if why is not None]
+    print(f"{args.name}: " + (f"{len(failed)} of {len(results)} contract checks failed; fix them before a long run"
+                              if failed else f"all {len(results)} contract checks passed"))
+    return 1 if failed else 0
+
+
 def cmd_list(args) -> int:
     from bnnbench.data import list_datasets
     from bnnbench.methods import METHODS
@@ -258,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("data", help="fetch and verify data sets")
     d.add_argument("action", choices=["list", "fetch"])
     d.add_argument("names", nargs="*", default=["all"], help="data set ids, a family (uci, libsvm) or all")
+    cm = sub.add_parser("check-method", help="the suite's contract checks on a method (yours too) on a tiny problem")
+    cm.add_argument("name")
     g = sub.add_parser("regression", help="re-run the fast subset of the tables and fail on a regressed cell")
     g.add_argument("--results", default=str(RESULTS))
     g.add_argument("--runs-root", default="runs/regression")
@@ -272,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.experiment not in known:
             p.error(f"unknown experiment {args.experiment!r}; valid: {', '.join(sorted(known))}")
     return {"reproduce": cmd_reproduce, "table": cmd_table, "plot": cmd_plot, "list": cmd_list, "data": cmd_data,
-            "regression": cmd_regression}[args.cmd](args)
+            "regression": cmd_regression, "check-method": cmd_check_method}[args.cmd](args)
 
 
 if __name__ == "__main__":

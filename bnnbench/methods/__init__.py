@@ -4,6 +4,15 @@ Add a method by writing one module with a ``Method`` subclass (a mean-field Gaus
 subclass, ``methods/mean_field.py``) and its typed ``Config`` (a ``MethodConfig`` dataclass: every setting with its
 default), and registering it here. Per-replica hyper-parameters other than the prior and noise precisions are
 declared in ``replica_hparams``.
+
+A method of another package registers itself with an entry point in the group ``bnnbench.methods`` (its name: the
+method's ``name``; its object: the ``Method`` subclass), e.g. in that package's pyproject.toml::
+
+    [project.entry-points."bnnbench.methods"]
+    my_method = "my_package.my_module:MyMethod"
+
+and is then ``method=my_method`` like the built-in ones; ``bnnbench check-method my_method`` runs the suite's
+contract checks on it (``bnnbench.contract``).
 """
 
 from __future__ import annotations
@@ -31,6 +40,42 @@ METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropou
                                                                 RandomGlobalInducing, HMC, PBP)}
 
 
+ENTRY_POINT_GROUP = "bnnbench.methods"
+BUILT_IN = frozenset(METHODS)
+
+
+class PluginError(RuntimeError):
+    """A method entry point that cannot be used, with the reason and the package that declares it."""
+
+
+def plugin_methods() -> dict[str, type[Method]]:
+    """The ``Method`` subclasses other installed packages declare in the entry-point group ``bnnbench.methods``."""
+    from importlib.metadata import entry_points
+    found = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        where = f"entry point {ep.name!r} = {ep.value!r}" + (f" of {ep.dist.name}" if ep.dist else "")
+        try:
+            cls = ep.load()
+        except Exception as e:   # the user's package: any import error, said with where it comes from
+            raise PluginError(f"{where}: cannot be imported: {type(e).__name__}: {e}") from e
+        if not (isinstance(cls, type) and issubclass(cls, Method)):
+            raise PluginError(f"{where}: is not a subclass of bnnbench.methods.Method")
+        if getattr(cls, "name", None) != ep.name:
+            raise PluginError(f"{where}: the class's name attribute is {getattr(cls, 'name', None)!r}, "
+                              f"it must equal the entry point's name {ep.name!r}")
+        if ep.name in BUILT_IN:
+            raise PluginError(f"{where}: {ep.name!r} is a built-in method; choose another name")
+        from dataclasses import is_dataclass
+        if not is_dataclass(getattr(cls, "Config", None)) or getattr(cls.Config, "name", None) != ep.name:
+            raise PluginError(f"{where}: needs a dataclass Config (a MethodConfig subclass) whose name default is "
+                              f"{ep.name!r}")
+        found[ep.name] = cls
+    return found
+
+
+METHODS.update(plugin_methods())
+
+
 class UnknownMethodError(KeyError):
     def __str__(self):
         return self.args[0]
@@ -43,4 +88,4 @@ def method_class(name: str) -> type[Method]:
 
 
 __all__ = ["Batch", "Method", "Predictive", "Problem", "slice_state", "METHODS", "method_class",
-           "UnknownMethodError"]
+           "UnknownMethodError", "PluginError", "plugin_methods", "ENTRY_POINT_GROUP"]

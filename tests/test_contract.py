@@ -1,0 +1,140 @@
+"""Methods from other packages (entry points ``bnnbench.methods``) and the contract checks of ``bnnbench
+check-method``: every built-in method passes them; a method that modifies its input state, leaks between replicas or
+produces non-finite numbers is told which check failed; a bad entry point is refused with the reason."""
+
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint
+
+import pytest
+
+from bnnbench import methods
+from bnnbench.cli import main
+from bnnbench.contract import check_method
+from bnnbench.methods import MAP, BUILT_IN, METHODS, PluginError, plugin_methods
+from bnnbench.methods.map import MAPConfig
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_IN))
+def test_every_built_in_method_keeps_the_contract(name):
+    assert [(c, why) for c, why in check_method(name) if why is not None] == []
+
+
+@dataclass
+class MyMAPConfig(MAPConfig):
+    name: str = "my_map"
+
+
+class MyMAP(MAP):
+    """A user's method: MAP under another name."""
+    name = "my_map"
+    Config = MyMAPConfig
+
+
+@dataclass
+class InPlaceConfig(MAPConfig):
+    name: str = "in_place"
+
+
+class InPlace(MAP):
+    name = "in_place"
+    Config = InPlaceConfig
+
+    def step(self, state, batch, noise, lr_scale=1.0):
+        new, stats = super().step(state, batch, noise, lr_scale)
+        state["theta"].copy_(new["theta"])   # writes into the state it was given
+        return new, stats
+
+
+@dataclass
+class LeakyConfig(MAPConfig):
+    name: str = "leaky"
+
+
+class Leaky(MAP):
+    name = "leaky"
+    Config = LeakyConfig
+
+    def step(self, state, batch, noise, lr_scale=1.0):
+        new, stats = super().step(state, batch, noise, lr_scale)
+        return {**new, "theta": new["theta"] - 1e-3 * new["theta"].mean(0, keepdim=True)}, stats   # mixes replicas
+
+
+@dataclass
+class BlowUpConfig(MAPConfig):
+    name: str = "blow_up"
+
+
+class BlowUp(MAP):
+    name = "blow_up"
+    Config = BlowUpConfig
+
+    def step(self, state, batch, noise, lr_scale=1.0):
+        new, stats = super().step(state, batch, noise, lr_scale)
+        return {**new, "theta": new["theta"] / 0.0}, stats
+
+
+def _entry_points(monkeypatch, **targets):
+    eps = [EntryPoint(name, f"{__name__}:{cls}", methods.ENTRY_POINT_GROUP) for name, cls in targets.items()]
+    monkeypatch.setattr("importlib.metadata.entry_points",
+                        lambda group=None: [e for e in eps if group in (None, e.group)])
+
+
+def test_an_entry_point_method_runs_like_a_built_in_one(monkeypatch, tmp_path, capsys):
+    _entry_points(monkeypatch, my_map="MyMAP")
+    found = plugin_methods()
+    assert found == {"my_map": MyMAP}
+    monkeypatch.setitem(METHODS, "my_map", MyMAP)
+    assert main(["check-method", "my_map"]) == 0
+    assert "all 5 contract checks passed" in capsys.readouterr().out
+    from datapaths import MIRROR
+    if not (MIRROR / "MANIFEST.md").is_file():
+        pytest.skip("needs the data mirror")
+    monkeypatch.setenv("BNNBENCH_MIRROR", str(MIRROR))
+    monkeypatch.setenv("BNNBENCH_CACHE", str(tmp_path / "cache"))
+    assert main(["run", "method=my_map", "data=uci/yacht", "protocol.epochs=2", "protocol.splits=[0,1]",
+                 f"runs_root={tmp_path}", "progress=false"]) == 0
+    assert (tmp_path / "adhoc" / "my_map" / "uci__yacht" / "record.json").is_file()
+
+
+@pytest.mark.parametrize("cls, failing", [
+    (InPlace, "the given state is not modified"),
+    (Leaky, "replica invariance (a replica's step equals its step alone)"),
+    (BlowUp, "finite state and objective through a few steps"),
+])
+def test_a_method_that_breaks_the_contract_is_told_which_check(monkeypatch, capsys, cls, failing):
+    monkeypatch.setitem(METHODS, cls.name, cls)
+    failed = {c: why for c, why in check_method(cls.name) if why is not None}
+    assert failing in failed and failed[failing]
+    assert main(["check-method", cls.name]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL  {failing}" in out and "fix them before a long run" in out
+
+
+@pytest.mark.parametrize("targets, match", [
+    ({"not_a_method": "torch"}, "cannot be imported|not a subclass"),
+    ({"map": "MyMAP"}, "the class's name attribute is 'my_map'"),
+    ({"wrong": "MyMAP"}, "must equal the entry point's name 'wrong'"),
+])
+def test_a_bad_entry_point_is_refused_with_its_reason(monkeypatch, targets, match):
+    _entry_points(monkeypatch, **targets)
+    with pytest.raises(PluginError, match=match):
+        plugin_methods()
+
+
+def test_an_entry_point_may_not_replace_a_built_in_method(monkeypatch):
+    @dataclass
+    class C(MAPConfig):
+        name: str = "bbb"
+
+    class Impostor(MAP):
+        name = "bbb"
+        Config = C
+    monkeypatch.setattr(f"{__name__}.Impostor", Impostor, raising=False)
+    _entry_points(monkeypatch, bbb="Impostor")
+    with pytest.raises(PluginError, match="built-in method"):
+        plugin_methods()
+
+
+def test_unknown_method_lists_the_valid_ones(capsys):
+    assert main(["check-method", "nope"]) == 2
+    assert "valid methods: bbb" in capsys.readouterr().err
