@@ -377,3 +377,15 @@ def test_one_by_one_factor_square_root_matches_the_general_path_and_clamps_alike
     X2 = torch.cat([X2, torch.tensor([0.0, 1.0], dtype=DT).expand(3, 1, 2)], -2)  # unit block: the general path
     C2 = _inv_chol_t(X2, floor[:3])
     assert torch.allclose(C2[:, 0, 0], C[:3])
+
+
+def test_a_factor_not_positive_definite_even_clamped_gives_nan_not_an_exception():
+    """A diverging replica's factor (finite, ~1e307, rank one) cannot be factorised even with its eigenvalues clamped:
+    its C is NaN, so the engine marks that replica diverged and a selection round scores it as failed, while the
+    other replicas' factors are exact (C C^T = X^-1)."""
+    from bnnbench.methods.noisy import _inv_chol_t
+    X = torch.full((2, 3, 3), 1e307, dtype=torch.float64)
+    X[1] = torch.eye(3, dtype=torch.float64) * 2 + 0.5
+    C = _inv_chol_t(X, torch.tensor([1e-3, 1e-3], dtype=torch.float64))
+    assert torch.isnan(C[0]).all()
+    assert torch.allclose(C[1] @ C[1].T, torch.linalg.inv(X[1]))

@@ -42,7 +42,8 @@ def _inv_chol_t(X: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
     Where ``X`` is not numerically positive definite (in float32, a factor F of large activations with a small
     damping), F's eigenvalues are clamped at 0 first, i.e. X's at ``floor``, in float64, as the authors' code does at
     every refresh (docs/protocols/noisy_kfac.md: eigendecompose the damped factors, clamp eigenvalues at the damping).
-    A non-finite X gives a non-finite C, and the engine stops the run as diverged."""
+    A non-finite X, or one that even clamped is not positive definite in float64 (a diverging replica's), gives a
+    non-finite C, and the engine stops the run as diverged (a selection round scores that candidate as failed)."""
     if X.shape[-1] == 1:  # a layer with one output: C = X^-1/2, clamped alike, without LAPACK
         nan = torch.full_like(X, float("nan"))
         return 1 / torch.sqrt(torch.where(X > 0, X, torch.where(torch.isfinite(X), floor[:, None, None], nan)))
@@ -55,7 +56,9 @@ def _inv_chol_t(X: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
         if ok.any():
             e, V = torch.linalg.eigh(Xb[ok])
             e = torch.maximum(e, floor[bad][ok].double()[:, None])
-            Lb[ok] = torch.linalg.cholesky((V * e.unsqueeze(-2)) @ V.transpose(-1, -2))
+            Lc, still = torch.linalg.cholesky_ex((V * e.unsqueeze(-2)) @ V.transpose(-1, -2))
+            Lc[still != 0] = float("nan")   # a factor of a diverging replica (values ~1e30): NaN, the run stops it
+            Lb[ok] = Lc
         L = L.clone()
         L[bad] = Lb.to(X.dtype)
     eye = torch.eye(X.shape[-1], dtype=X.dtype, device=X.device).expand_as(X)
