@@ -145,6 +145,12 @@ def cmd_reproduce(args) -> int:
     cells = [(c, _cell_overrides(args, c)) for c in spec["runs"]
              if (keep_data is None or c["data"] in keep_data)
              and (keep_label is None or cell_label(c) in keep_label)]
+    if keep_label and (spec.get("leaderboard") or {}).get("open"):   # a method of yours adds its column
+        from bnnbench.methods import method_class
+        for label in sorted(keep_label - {cell_label(c) for c in spec["runs"]}):
+            method_class(label)   # an unknown name stops here, listing the valid ones
+            cells += [({"method": label, "data": ds}, _cell_overrides(args, {"method": label, "data": ds}))
+                      for ds in spec["datasets"] if keep_data is None or ds in keep_data]
     waves = [[ov for c, ov in cells if not any("{runs_root}" in o for o in c.get("overrides", []))],
              [ov for c, ov in cells if any("{runs_root}" in o for o in c.get("overrides", []))]]
     jobs = int(getattr(args, "jobs", 1) or 1)
@@ -163,12 +169,17 @@ def cmd_reproduce(args) -> int:
                 print(out, flush=True)
     figures = args.figures or str(Path(args.out).parent / "figures")    # beside the tables
     cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out=figures))
-    return cmd_table(args) if spec.get("reference") else 0
+    return cmd_table(args) if spec.get("reference") or spec.get("leaderboard") else 0
 
 
 def cmd_table(args) -> int:
     from bnnbench.tables import build_table, write_tables
     spec = experiment_spec(args.experiment)
+    if spec.get("leaderboard"):
+        from bnnbench.leaderboard import write_leaderboard
+        paths = write_leaderboard(spec, Path(args.runs_root), Path(args.out))
+        print(f"{args.experiment}: wrote " + ", ".join(str(p) for p in paths.values()))
+        return 0
     df = build_table(spec, Path(args.runs_root))
     paths = write_tables(df, spec, Path(args.out))
     counts = df.groupby("verdict").size().to_dict()

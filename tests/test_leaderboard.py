@@ -1,0 +1,84 @@
+"""The leaderboard (experiment uci_leaderboard): ranks, average ranks, paired tests over the shared splits and the
+Nemenyi critical difference, from records, against scipy and Demsar's (2006) published constants."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from bnnbench.cli import main
+from bnnbench.config import experiment_spec
+from bnnbench.leaderboard import average_ranks, build_leaderboard, q_nemenyi, render_leaderboard
+from bnnbench.results import run_dir
+
+SPEC = {"name": "lb", "title": "LB", "datasets": ["uci/a", "uci/b"],
+        "methods": {"m1": {"label": "One"}, "m2": {"label": "Two"}, "m3": {"label": "Three"}},
+        "leaderboard": {"rank_by": "ll", "alpha": 0.05, "open": True,
+                        "metrics": {"ll": {"label": "LL", "higher_is_better": True},
+                                    "rmse": {"label": "RMSE", "higher_is_better": False}}}}
+
+
+def _record(root, label, ds, ll, rmse):
+    d = run_dir(root, "lb", label, ds)
+    d.mkdir(parents=True)
+    rec = {"status": "ok", "metrics": [{"split": str(i), "ll": a, "rmse": b} for i, (a, b) in enumerate(zip(ll, rmse))]}
+    (d / "record.json").write_text(json.dumps(rec))
+
+
+@pytest.fixture
+def runs(tmp_path):
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=20)
+    vals = {("m1", "uci/a"): base + 1.0, ("m2", "uci/a"): base + 0.99 + 0.01 * rng.normal(size=20),
+            ("m3", "uci/a"): base - 1.0, ("m1", "uci/b"): base - 1.0, ("m2", "uci/b"): base,
+            ("m3", "uci/b"): base + 2.0, ("mine", "uci/a"): base, ("mine", "uci/b"): base}
+    for (m, ds), v in vals.items():
+        _record(tmp_path, m, ds, v, -v)
+    return tmp_path, vals
+
+
+def test_ranks_and_paired_tests_are_computed_from_the_records(runs):
+    root, vals = runs
+    df = build_leaderboard(SPEC, root)
+    a = df[(df.metric == "ll") & (df.dataset == "uci/a")].set_index("method")
+    assert a.loc["m1", "rank"] == 1 and a.loc["m3", "rank"] == 4 and a.loc["m1", "mean"] == vals[("m1", "uci/a")].mean()
+    assert a.loc["m1", "se"] == pytest.approx(vals[("m1", "uci/a")].std() / math.sqrt(20))
+    for m in ("m2", "m3", "mine"):
+        p = stats.wilcoxon(vals[(m, "uci/a")], vals[("m1", "uci/a")]).pvalue
+        assert a.loc[m, "p_vs_best"] == pytest.approx(p) and a.loc[m, "tied_best"] == (p >= 0.05)
+    assert a.loc["m3", "tied_best"] == False   # noqa: E712  (1 unit below on every split)
+    r = df[(df.metric == "rmse") & (df.dataset == "uci/b")].set_index("method")
+    assert r.loc["m3", "rank"] == 1   # lower RMSE is better: -v, m3 has the largest v on b
+
+
+def test_average_ranks_and_the_critical_difference(runs):
+    root, _ = runs
+    df = build_leaderboard(SPEC, root)
+    avg = average_ranks(df, "ll", SPEC["datasets"])
+    ranks = df[df.metric == "ll"].pivot(index="method", columns="dataset", values="rank")
+    assert avg["m1"] == pytest.approx(ranks.loc["m1"].mean())
+    # Demsar (2006) Table 5a, alpha = 0.05: q = 2.343 (k = 3), 2.569 (k = 4), 3.164 (k = 10)
+    assert q_nemenyi(3, 0.05) == pytest.approx(2.343, abs=1e-3)
+    assert q_nemenyi(4, 0.05) == pytest.approx(2.569, abs=1e-3)
+    assert q_nemenyi(10, 0.05) == pytest.approx(3.164, abs=1e-3)
+    md = render_leaderboard(df, SPEC)
+    cd = 2.569 * math.sqrt(4 * 5 / (6 * 2))
+    assert f"{cd:.2f} ranks" in md and "| One | **" in md and "mine" in md   # an added method gets its column
+
+
+def test_reproduce_adds_a_registered_method_of_yours_to_an_open_leaderboard(tmp_path, monkeypatch, capsys):
+    import bnnbench.cli as cli
+    ran = []
+    monkeypatch.setattr(cli, "_reproduce_cell", lambda exp, root, ov, cores=None: ran.append(ov) or "ok")
+    assert main(["reproduce", "uci_leaderboard", "--label", "bbb",
+                 "--runs-root", str(tmp_path), "--out", str(tmp_path / "t")]) == 0
+    spec = experiment_spec("uci_leaderboard")
+    assert len(ran) == len(spec["datasets"])           # bbb is a column: its five cells
+    ran.clear()
+    assert main(["reproduce", "uci_leaderboard", "--label", "full_gaussian", "--runs-root", str(tmp_path),
+                 "--out", str(tmp_path / "t")]) == 0
+    assert [o for ov in ran for o in ov if o.startswith("method=")] == ["method=full_gaussian"] * 5
+    with pytest.raises(Exception, match="valid methods"):
+        main(["reproduce", "uci_leaderboard", "--label", "no_such_method", "--runs-root", str(tmp_path)])
