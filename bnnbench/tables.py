@@ -144,7 +144,9 @@ def _column_record(runs_root: Path, name: str, mid: str, m: Mapping, ds: str) ->
 
     A column with ``candidates`` (run labels: a paper's grid search) takes the candidate whose summary metric
     ``select_by`` (default ``elbo``, larger is better) is best, as papers that select settings by the training
-    objective do; it is ``missing`` until every candidate has a finished record (no choice among part of a grid)."""
+    objective do; it is ``missing`` until every candidate has a finished record (no choice among part of a grid).
+    A column with ``runs_of: <experiment>`` reads that experiment's runs (two papers that print the same baseline)."""
+    name = m.get("runs_of", name)
     cands = m.get("candidates")
     if not cands:
         rec, status = _load(run_dir(runs_root, name, mid, ds))

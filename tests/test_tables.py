@@ -450,3 +450,16 @@ def test_a_column_can_read_another_metric_of_its_records(tmp_path):
     df = build_table(spec, tmp_path)
     assert _cell(df, "boston", "Dropout", "test_loglik").ours == -2.47
     assert _cell(df, "boston", "BBB", "test_loglik").ours == -9.0
+
+
+def test_a_column_can_read_another_experiments_runs(tmp_path):
+    """``runs_of``: Vadam Table 1's MC-Dropout column prints the same Gal & Ghahramani numbers as SLANG Table 2's
+    Dropout column, so it reads slang_table2's runs instead of repeating them."""
+    spec = {"name": "vadam_table1", "reference": "vadam_table1_uci.csv", "table": "Table 1",
+            "methods": {"mc_dropout": {"paper_method": "MC-Dropout", "setting": "", "runs_of": "slang_table2"}},
+            "datasets": ["uci/boston"],
+            "metrics": {"rmse": {"paper_metric": "test_rmse", "higher_is_better": False}}}
+    _write_record(tmp_path, "mc_dropout", "uci/boston", {"rmse": {"mean": 2.95, "stderr": 0.18, "n": 20}},
+                  name="slang_table2")
+    c = _cell(build_table(spec, tmp_path), "boston", "MC-Dropout", "test_rmse")
+    assert c.ours == 2.95 and c.verdict == "reproduced"
