@@ -9,7 +9,7 @@ EXPERIMENTS ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_
 TABLES ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_tableG slang_table3 uci_leaderboard   # MNIST's cells are GPU work (device=cuda) or, on a CPU, protocol=slang_mnist_50k
 JOBS   ?= 1
 
-.PHONY: install test test-e2e test-slow test-all lint data reproduce-tables tables bench regression clean
+.PHONY: install test test-e2e test-slow test-all lint data reproduce-tables tables report bench regression clean
 
 install:  ## virtual environment in .venv with bnnbench (editable), the test tools and ruff
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,9 @@ reproduce-tables:  ## run every missing cell of the paper tables, then write res
 
 tables:  ## re-render results/tables/ from the records in results/runs (no training)
 	for e in $(TABLES); do $(BNN) table $$e --runs-root $(RUNS) --out results/tables || exit 1; done
+
+report:  ## the static site of the results, from the records: results/site/index.html (no server, no network)
+	$(BNN) report
 
 bench:  ## performance benchmarks (ratios measured in one run)
 	$(PY) bench/replica_axis.py

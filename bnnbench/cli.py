@@ -212,6 +212,16 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    import time
+    from bnnbench.report import build_site
+    t = time.perf_counter()
+    pages = build_site(Path(args.results), Path(args.out))
+    index = Path(args.out) / "index.html"
+    print(f"wrote {len(pages)} pages to {args.out} in {time.perf_counter() - t:.1f} s; open {index}")
+    return 0
+
+
 def cmd_check_method(args) -> int:
     """Exit 0 when every contract check passes, 1 (with what failed and why) when one does not."""
     from bnnbench.contract import check_method
@@ -286,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("data", help="fetch and verify data sets")
     d.add_argument("action", choices=["list", "fetch"])
     d.add_argument("names", nargs="*", default=["all"], help="data set ids, a family (uci, libsvm) or all")
+    rp = sub.add_parser("report", help="a static site of the results (results/site/index.html), from the records")
+    rp.add_argument("--results", default=str(RESULTS))
+    rp.add_argument("--out", default=str(RESULTS / "site"))
     cm = sub.add_parser("check-method", help="the suite's contract checks on a method (yours too) on a tiny problem")
     cm.add_argument("name")
     g = sub.add_parser("regression", help="re-run the fast subset of the tables and fail on a regressed cell")
@@ -302,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.experiment not in known:
             p.error(f"unknown experiment {args.experiment!r}; valid: {', '.join(sorted(known))}")
     return {"reproduce": cmd_reproduce, "table": cmd_table, "plot": cmd_plot, "list": cmd_list, "data": cmd_data,
-            "regression": cmd_regression, "check-method": cmd_check_method}[args.cmd](args)
+            "regression": cmd_regression, "check-method": cmd_check_method, "report": cmd_report}[args.cmd](args)
 
 
 if __name__ == "__main__":
