@@ -122,7 +122,52 @@ def _run_page(site: Path, rel: str, rec: dict, hist: dict | None, plots: _Plots)
     _write(path, _page(f"{rec.get('method')} on {rec.get('dataset')} ({rel})", "\n".join(body), depth))
 
 
-def _table_page(site: Path, exp: str, spec: dict, df, runs_root: Path) -> None:
+def readme_text(results: Path) -> str:
+    p = Path(results) / "README.md"
+    return p.read_text(encoding="utf-8") if p.exists() else ""
+
+
+def _misses(readme: str) -> list[tuple[str, str]]:
+    """``(anchor, title)`` of each miss or deviation bullet (``* **title**``) of results/README.md, in order."""
+    return [(f"note-{i}", t.lower()) for i, t in enumerate(_bullet_titles(readme))]
+
+
+def _bullet_titles(readme: str) -> list[str]:
+    import re
+    return [" ".join(m.group(1).split()) for m in re.finditer(r"^\* \*\*(.+?)\*\*", readme, flags=re.M | re.S)]
+
+
+def _notes_html(readme: str) -> str:
+    """results/README.md as preformatted text, each ``* **title**`` bullet an anchor the table cells link to."""
+    import re
+    out, i = [], 0
+    for line in readme.splitlines():
+        if re.match(r"^\* \*\*(.+?)\*\*", line):
+            out.append(f'<span id="note-{i}"></span>')
+            i += 1
+        out.append(_esc(line))
+    return "<pre>" + "\n".join(out) + "</pre>"
+
+
+def _note_of(spec: dict, row: dict, misses: list[tuple[str, str]]) -> str | None:
+    """The README bullet about a cell: its title names the paper's table, the data set and the method."""
+    paper = {"slang": "slang", "vadam": "vadam", "nng": "nng", "gi": "app. g"}.get(str(spec.get("paper")), "")
+    table = str(spec.get("table") or "").split(" (")[0].lower()
+    where = f"{paper} {table}".strip()
+    ds, method = str(row["dataset"]).replace("_", " ").lower(), str(row["method"]).lower()
+    methods = {str(m.get("paper_method", k)).lower() for k, m in (spec.get("methods") or {}).items()
+               if isinstance(m, dict)}
+    for anchor, title in misses:
+        if not (where and where in title and ds in title):
+            continue
+        rest = title.replace(where, " ")
+        named = {m for m in methods if m in rest}
+        if method in named or not named:   # a bullet that names no column concerns the whole data set
+            return anchor
+    return None
+
+
+def _table_page(site: Path, exp: str, spec: dict, df, runs_root: Path, misses: list[tuple[str, str]]) -> None:
     from bnnbench.results import run_dir
     rows = ["<p>Generated from the run records by the code of <code>bnnbench table</code>. "
             f"{_esc(spec.get('title', exp))}. Verdict rule, protocols, deviations and misses: "
@@ -138,9 +183,11 @@ def _table_page(site: Path, exp: str, spec: dict, df, runs_root: Path) -> None:
         paper = r.get("paper_printed") if r.get("paper_printed") == r.get("paper_printed") else r.get("paper")
         err = r.get("paper_err_printed")
         paper_s = f"{_esc(paper)}" + (f" ± {_esc(err)}" if err == err and err not in (None, "") else "")
+        note = _note_of(spec, r, misses)
+        verdict = _esc(r["verdict"]) + (f" (<a href=\"../notes.html#{note}\">why</a>)" if note else "")
         rows.append(f"<tr class=\"{_esc(r['verdict'])}\"><td class=l>{_esc(r['dataset'])}</td>"
                     f"<td class=l>{_esc(r['metric'])}</td><td class=l>{_esc(r['method'])} {_esc(r['setting'])}</td>"
-                    f"<td>{_fmt(r['ours'], r['ours_se'])}</td><td>{paper_s}</td><td>{_esc(r['verdict'])}</td>"
+                    f"<td>{_fmt(r['ours'], r['ours_se'])}</td><td>{paper_s}</td><td>{verdict}</td>"
                     f"<td class=l>{link}</td></tr>")
     rows.append("</table>")
     _write(site / "tables" / f"{exp}.html", _page(spec.get("title", exp), "\n".join(rows), 1))
@@ -166,7 +213,7 @@ def build_site(results: Path, out: Path) -> list[Path]:
             lb = build_leaderboard(spec, runs_root)
             front = _md_table_to_html(render_leaderboard(lb, spec))
             continue
-        _table_page(tmp, exp, spec, build_table(spec, runs_root), runs_root)
+        _table_page(tmp, exp, spec, build_table(spec, runs_root), runs_root, _misses(readme_text(results)))
         tables.append((exp, spec.get("title", exp)))
     for rec_path in sorted(runs_root.glob("*/*/*/record.json")):
         rec = load_record(rec_path.parent)
@@ -178,9 +225,8 @@ def build_site(results: Path, out: Path) -> list[Path]:
         shutil.copy(png, tmp / "figures" / png.name)
         _write(tmp / "figures" / f"{png.stem}.html", _page(png.stem, f"<img src=\"{png.name}\" alt=\"{png.stem}\">", 1))
         figures.append(png.stem)
-    readme = (results / "README.md").read_text(encoding="utf-8") if (results / "README.md").exists() else ""
-    _write(tmp / "notes.html", _page("Notes: protocols, deviations, misses (results/README.md)",
-                                     f"<pre>{_esc(readme)}</pre>", 0))
+    notes = _notes_html(readme_text(results))
+    _write(tmp / "notes.html", _page("Notes: protocols, deviations, misses (results/README.md)", notes, 0))
     body = [front or "<p>No leaderboard records yet.</p>", "<h2>Paper tables</h2><ul>"]
     body += [f"<li><a href=\"tables/{e}.html\">{_esc(t)}</a></li>" for e, t in tables]
     body += ["</ul><h2>Figures</h2><ul>"] + [f"<li><a href=\"figures/{f}.html\">{_esc(f)}</a></li>" for f in figures]

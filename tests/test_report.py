@@ -80,3 +80,17 @@ def test_pages_load_in_a_browser_without_errors_and_the_index_shows_its_table(si
     assert img.std() > 0.05                                        # not blank
     border = (np.abs(img - 0xbb / 255).max(-1) < 0.03)             # the tables' cell borders (#bbb)
     assert border.sum() > 2000 and border.any(1).sum() > 20        # a grid of them: the leaderboard is on screen
+
+
+def test_a_cell_links_to_the_note_that_concerns_it():
+    from bnnbench.report import _misses, _note_of
+    readme = ("x\n* **SLANG Table 2, BBB on yacht (RMSE and LL worse).** text\n"
+              "* **SLANG Table 2 / Vadam Table 1, Dropout on\n  concrete (worse).** more\n")
+    misses = _misses(readme)
+    spec = {"paper": "slang", "table": "Table 2", "methods": {"bbb": {"paper_method": "BBB"},
+                                                            "slang": {"paper_method": "SLANG"},
+                                                            "mc_dropout": {"paper_method": "Dropout"}}}
+    assert _note_of(spec, {"dataset": "yacht", "method": "BBB"}, misses) == "note-0"
+    assert _note_of(spec, {"dataset": "yacht", "method": "SLANG"}, misses) is None        # the bullet names BBB
+    assert _note_of(spec, {"dataset": "concrete", "method": "Dropout"}, misses) == "note-1"   # over two lines
+    assert _note_of({**spec, "table": "Table 1"}, {"dataset": "yacht", "method": "BBB"}, misses) is None
