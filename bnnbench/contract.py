@@ -36,11 +36,12 @@ def _clone(x):
     return x
 
 
-def _slice_noise(noise, r):
+def slice_noise(noise, r):
+    """Replica r's part of a step's draws (a tensor, or a list / tuple of them, or None), replica axis kept."""
     if noise is None:
         return None
     if isinstance(noise, (list, tuple)):
-        return type(noise)(_slice_noise(n, r) for n in noise)
+        return type(noise)(slice_noise(n, r) for n in noise)
     return noise[r:r + 1]
 
 
@@ -103,7 +104,7 @@ def check_method(name: str, steps: int = 3) -> list[tuple[str, str | None]]:
         finite = finite or (f"non-finite {bad} after a step" if bad else "")
         for r in range(R):
             alone, st = method.step(slice_state(state, r), Batch(x[r:r + 1], y[r:r + 1], batch.n_data[r:r + 1]),
-                                    _slice_noise(noise, r))
+                                    slice_noise(noise, r))
             differ = [k for k in new if torch.is_tensor(new[k]) and not torch.allclose(
                 new[k][r:r + 1], alone[k], rtol=1e-10, atol=1e-12, equal_nan=True)]
             if differ and not invariant:

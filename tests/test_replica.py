@@ -9,6 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench import methods
+from bnnbench.contract import slice_noise
 from bnnbench.engine import ReplicaData, Standardiser, epoch_batches, evaluate, make_batch, train
 from bnnbench.methods import METHODS, MAP, Batch, Problem, slice_state
 from bnnbench.models import MLP
@@ -112,12 +113,7 @@ def test_replica_solve_equals_solve_alone(name, tmp_path, monkeypatch):
             assert torch.equal(state[k][r:r + 1], alone[k]), (name, k, r)
 
 
-def _slice_noise(noise, r):
-    if noise is None:
-        return None
-    if isinstance(noise, (list, tuple)):
-        return type(noise)(_slice_noise(n, r) for n in noise)
-    return noise[r:r + 1]
+_slice_noise = slice_noise   # the contract's: the same slicing as bnnbench check-method
 
 
 def _toy(n=30, d=3, seed=0):
