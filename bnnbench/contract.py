@@ -4,7 +4,8 @@ A method of the suite or of another package (an entry point, ``bnnbench.methods`
 network with three replicas:
 
 * have a typed ``Config`` whose every setting has a default (Hydra composes ``method=<name>`` from it);
-* keep its state finite through a few steps, with a finite objective (solved methods: a finite solution);
+* keep its state finite through a few steps, with a finite objective (solved methods: a finite solution), its
+  tensors values, not the step's autograd graph;
 * not modify the state it is given (``step`` returns a new state: the engine keeps the old one for checkpoints);
 * be replica-invariant: a replica's step equals its step alone, on the same minibatch and noise (every run trains
   all splits or candidates as one batched program, so a leak between replicas corrupts every table);
@@ -110,6 +111,9 @@ def check_method(name: str, steps: int = 3) -> list[tuple[str, str | None]]:
             if differ and not invariant:
                 invariant = f"replica {r}'s step differs from its step alone in {differ}"
         state = new
+    held = [k for k, v in state.items() if torch.is_tensor(v) and v.requires_grad]
+    out.append(("the new state holds values, not the step's autograd graph",
+                f"state entries {held} require grad (each step's graph would hang on the next)" if held else None))
     out.append(("finite state and objective through a few steps", finite or None))
     out.append(("the given state is not modified", unchanged or None))
     out.append(("replica invariance (a replica's step equals its step alone)", invariant or None))

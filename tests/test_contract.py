@@ -85,7 +85,7 @@ def test_an_entry_point_method_runs_like_a_built_in_one(monkeypatch, tmp_path, c
     assert found == {"my_map": MyMAP}
     monkeypatch.setitem(METHODS, "my_map", MyMAP)
     assert main(["check-method", "my_map"]) == 0
-    assert "all 5 contract checks passed" in capsys.readouterr().out
+    assert "all 6 contract checks passed" in capsys.readouterr().out
     from datapaths import MIRROR
     if not (MIRROR / "MANIFEST.md").is_file():
         pytest.skip("needs the data mirror")

@@ -49,6 +49,7 @@ class VOGN(DiagonalPrecision):
         mean, prec, lam = state["mean"], state["prec"], state["prior_prec"]
         layers = leaf_layers(self.model, mean, self.std(state), noise)
         g_sum, c_sum, nll = per_example_stats(self, state, layers, batch, self.cfg.curvature)
+        g_sum, c_sum = g_sum.detach(), c_sum.detach()   # the new state holds values, not the step's graph
         N = state["n_data"].to(mean.dtype)[:, None]
         M = batch.x.shape[1]
         g_hat = N * g_sum.mean(1) / M
