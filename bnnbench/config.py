@@ -8,6 +8,7 @@ arguments.
 from __future__ import annotations
 
 import difflib
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -196,7 +197,7 @@ def check_overrides(overrides: list[str]) -> list[str]:
             out.append(f"++{key}={p.get_value_element_as_str()}")
             continue
         if base is None:
-            base = compose(choices)
+            base = _composed(tuple(choices))
         node = base if not sub else base.get(group)
         name = (sub or group).split(".")[0]
         if node is None or not OmegaConf.is_dict(node) or name not in node:
@@ -204,6 +205,13 @@ def check_overrides(overrides: list[str]) -> list[str]:
             raise ConfigError(_unknown(key, [str(k) for k in valid], group if sub else "the top level"))
         out.append(text.lstrip("+") if p.is_add() else text)
     return out
+
+
+@functools.lru_cache(maxsize=128)
+def _composed(choices: tuple[str, ...]):
+    """The configuration the group choices alone compose to, which ``check_overrides`` reads (never writes): cached,
+    since a run of many cells (or the check of every committed record) composes the same choices again and again."""
+    return compose(list(choices))
 
 
 def _unknown(key: str, valid: list[str], where: str) -> str:
