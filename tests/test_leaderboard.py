@@ -3,6 +3,7 @@ Nemenyi critical difference, from records, against scipy and Demsar's (2006) pub
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -82,3 +83,15 @@ def test_reproduce_adds_a_registered_method_of_yours_to_an_open_leaderboard(tmp_
     assert [o for ov in ran for o in ov if o.startswith("method=")] == ["method=full_gaussian"] * 5
     with pytest.raises(Exception, match="valid methods"):
         main(["reproduce", "uci_leaderboard", "--label", "no_such_method", "--runs-root", str(tmp_path)])
+
+
+def test_a_diverged_run_ranks_below_every_finished_one(runs):
+    root, _ = runs
+    d = run_dir(root, "lb", "m3", "uci/b")
+    shutil.rmtree(d)
+    d.mkdir(parents=True)
+    (d / "failed.json").write_text(json.dumps({"status": "failed", "reason": "diverged at epoch 1"}))
+    df = build_leaderboard(SPEC, root)
+    b = df[(df.metric == "ll") & (df.dataset == "uci/b")].set_index("method")
+    assert b.loc["m3", "diverged"] and b.loc["m3", "rank"] == 4 and b.loc["m3", "rank"] > b["rank"].drop("m3").max()
+    assert "diverged (4)" in render_leaderboard(df, SPEC)
