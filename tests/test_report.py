@@ -1,5 +1,6 @@
 """``bnnbench report``: the static site from a few committed records, opened in headless Chromium: every page loads
-without console errors, every link and image resolves, and a screenshot of the index shows its table."""
+without console errors or missing files, every link and image resolves, and a screenshot of the index shows its
+table."""
 
 import json
 import re
@@ -63,10 +64,8 @@ def _chromium(*args):
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (.ci/run installs Debian's package)")
 def test_pages_load_in_a_browser_without_errors_and_the_index_shows_its_table(site, tmp_path):
     out, pages = site
-    sample = [out / "index.html", out / "notes.html", out / "tables" / "nng_table4.html",
-              out / "figures" / "gi_fig1_predictive.html",
-              next(p for p in pages if p.parts[-4:-2] == ("runs", "nng_table4") or "/runs/nng_table4/" in str(p))]
-    for page in sample:
+    assert len(pages) < 80   # every page of this small site is opened (0.5-1 s each)
+    for page in pages:
         res = _chromium("--dump-dom", page.as_uri())
         errors = [ln for ln in res.stderr.splitlines() if "CONSOLE" in ln or "ERR_FILE_NOT_FOUND" in ln]
         assert res.returncode == 0 and not errors, (page, errors)
