@@ -21,7 +21,7 @@ from bnnbench.results import load_history, load_record
 CSS = """body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #bbb;padding:3px 6px;text-align:right}th{background:#eee}td.l,th.l{text-align:left}
 .reproduced{background:#d9f2d9}.better{background:#b3e6ff}.worse{background:#f7c6c6}.inconclusive{background:#fff0b3}
-.not_run{background:#eee;color:#777}.unattributed{background:#f4f4f4;color:#777}pre{white-space:pre-wrap}
+td:first-child{text-align:left}.not_run{background:#eee;color:#777}.unattributed{background:#f4f4f4;color:#777}pre{white-space:pre-wrap}
 nav a{margin-right:1em}"""
 
 
@@ -238,11 +238,12 @@ def build_site(results: Path, out: Path) -> list[Path]:
 
 
 def _md_table_to_html(md: str) -> str:
-    """The leaderboard's Markdown (headings, paragraphs, pipe tables, **bold**) as HTML."""
+    """The leaderboard's Markdown (headings, paragraphs, pipe tables, **bold**, *italics*, `code`) as HTML."""
     import re
     out, in_table = [], False
     for line in md.splitlines():
         bold = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", _esc(line))
+        bold = re.sub(r"`(.+?)`", r"<code>\1</code>", re.sub(r"\*(.+?)\*", r"<i>\1</i>", bold))
         if line.startswith("|"):
             cells = [c.strip() for c in bold.strip("|").split("|")]
             if set("".join(cells)) <= set("-: "):
