@@ -204,6 +204,8 @@ def build_site(results: Path, out: Path) -> list[Path]:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     plots = _Plots()
+    readme = readme_text(results)
+    misses = _misses(readme)
     tables, front = [], ""
     for exp in list_names("experiment"):
         if not (results / "tables" / f"{exp}.csv").exists():
@@ -213,7 +215,7 @@ def build_site(results: Path, out: Path) -> list[Path]:
             lb = build_leaderboard(spec, runs_root)
             front = _md_table_to_html(render_leaderboard(lb, spec))
             continue
-        _table_page(tmp, exp, spec, build_table(spec, runs_root), runs_root, _misses(readme_text(results)))
+        _table_page(tmp, exp, spec, build_table(spec, runs_root), runs_root, misses)
         tables.append((exp, spec.get("title", exp)))
     for rec_path in sorted(runs_root.glob("*/*/*/record.json")):
         rec = load_record(rec_path.parent)
@@ -225,7 +227,7 @@ def build_site(results: Path, out: Path) -> list[Path]:
         shutil.copy(png, tmp / "figures" / png.name)
         _write(tmp / "figures" / f"{png.stem}.html", _page(png.stem, f"<img src=\"{png.name}\" alt=\"{png.stem}\">", 1))
         figures.append(png.stem)
-    notes = _notes_html(readme_text(results))
+    notes = _notes_html(readme)
     _write(tmp / "notes.html", _page("Notes: protocols, deviations, misses (results/README.md)", notes, 0))
     body = [front or "<p>No leaderboard records yet.</p>", "<h2>Paper tables</h2><ul>"]
     body += [f"<li><a href=\"tables/{e}.html\">{_esc(t)}</a></li>" for e, t in tables]

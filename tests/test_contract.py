@@ -30,47 +30,25 @@ class MyMAP(MAP):
     Config = MyMAPConfig
 
 
-@dataclass
-class InPlaceConfig(MAPConfig):
-    name: str = "in_place"
-
-
-class InPlace(MAP):
-    name = "in_place"
-    Config = InPlaceConfig
+def _broken_map(name: str, after_step):
+    """MAP under ``name`` whose step then applies ``after_step(state_given, new_state) -> new_state``."""
+    config = dataclass(type(f"{name}Config", (MAPConfig,), {"__annotations__": {"name": str}, "name": name}))
 
     def step(self, state, batch, noise, lr_scale=1.0):
-        new, stats = super().step(state, batch, noise, lr_scale)
-        state["theta"].copy_(new["theta"])   # writes into the state it was given
-        return new, stats
+        new, stats = MAP.step(self, state, batch, noise, lr_scale)
+        return after_step(state, new), stats
+    return type(name, (MAP,), {"name": name, "Config": config, "step": step})
 
 
-@dataclass
-class LeakyConfig(MAPConfig):
-    name: str = "leaky"
+def _in_place(state, new):
+    state["theta"].copy_(new["theta"])   # writes into the state it was given
+    return new
 
 
-class Leaky(MAP):
-    name = "leaky"
-    Config = LeakyConfig
-
-    def step(self, state, batch, noise, lr_scale=1.0):
-        new, stats = super().step(state, batch, noise, lr_scale)
-        return {**new, "theta": new["theta"] - 1e-3 * new["theta"].mean(0, keepdim=True)}, stats   # mixes replicas
-
-
-@dataclass
-class BlowUpConfig(MAPConfig):
-    name: str = "blow_up"
-
-
-class BlowUp(MAP):
-    name = "blow_up"
-    Config = BlowUpConfig
-
-    def step(self, state, batch, noise, lr_scale=1.0):
-        new, stats = super().step(state, batch, noise, lr_scale)
-        return {**new, "theta": new["theta"] / 0.0}, stats
+InPlace = _broken_map("in_place", _in_place)
+Leaky = _broken_map("leaky", lambda state, new: {**new, "theta": new["theta"] - 1e-3 * new["theta"].mean(
+    0, keepdim=True)})   # mixes replicas
+BlowUp = _broken_map("blow_up", lambda state, new: {**new, "theta": new["theta"] / 0.0})
 
 
 def _entry_points(monkeypatch, **targets):
