@@ -20,6 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bnnbench import results
+from bnnbench.augment import crop_flip
 from bnnbench.methods.base import Batch, Method, State
 from bnnbench.metrics import classification_metrics, regression_metrics
 
@@ -226,7 +227,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
           stop_on_divergence: bool = True, progress: bool = False, desc: str = "",
           lr_drop: dict | None = None, checkpoint: Path | None = None,
           checkpoint_every: int = 10, eval_samples_final: int | None = None,
-          replica_offset: int = 0) -> TrainResult:
+          replica_offset: int = 0, augment: dict | None = None) -> TrainResult:
     """Run ``epochs`` passes of ``method.update`` over every replica at once.
 
     Evaluates every ``eval_every`` epochs (and at the end), recording the evaluation metrics and the
@@ -242,6 +243,8 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     are saved every ``checkpoint_every`` epochs, and a run that finds the file resumes from it: the
     result is the same as without the interruption. The caller removes the file when done.
     ``replica_offset`` numbers the replicas in messages (a chunk of a larger run, ``replica_workers``).
+    ``augment = {"image_shape", "crop_pad", "flip"}`` crops and flips every training minibatch (``augment.crop_flip``,
+    from the same generator).
     """
     history = History()
     R = data.n_replicas
@@ -263,8 +266,11 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
         obj_sum = torch.zeros(R, device=data.data_index.device, dtype=data.x_train.dtype)
         n_batches = 0
         for rows in epoch_batches(data, batch_size, generator):
+            batch = make_batch(data, rows)
+            if augment:
+                batch.x = crop_flip(batch.x, augment["image_shape"], augment["crop_pad"], augment["flip"], generator)
             try:
-                state, stats = method.update(state, make_batch(data, rows), generator, lr_scale)
+                state, stats = method.update(state, batch, generator, lr_scale)
             except torch.linalg.LinAlgError as e:   # a precision that lost positive definiteness
                 if not stop_on_divergence:
                     raise

@@ -64,6 +64,10 @@ def validate(cfg: DictConfig) -> None:
         method_class(m.name).check_settings(m)
     except ValueError as e:
         raise ConfigError(f"method {m.name}: {e}") from None
+    if cfg.get("model") is not None and cfg.model.get("name") == "convnet" and not method_class(m.name).conv:
+        from bnnbench.methods import METHODS
+        need(False, f"method {m.name} does not run on a convolutional network;"
+                    f" methods that do: {', '.join(sorted(k for k, c in METHODS.items() if c.conv))}")
     need(cfg.hpo.kind in ("fixed", "grid", "bo", "recorded"),
          f"hpo.kind must be fixed, grid, bo or recorded, got {cfg.hpo.kind!r}")
     threads.check(cfg.get("threads", "auto"))

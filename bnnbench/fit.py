@@ -20,6 +20,7 @@ from bnnbench.engine import History, ReplicaData, TrainResult, predictive_moment
 from bnnbench.methods import Method, Problem, method_class
 from bnnbench.methods.base import hyper_state
 from bnnbench.models import MLP
+from bnnbench.models.convnet import ConvNet
 from bnnbench.protocol import RunSpec
 
 
@@ -43,7 +44,11 @@ class FitOptions:
 def build_method(spec: RunSpec, ds):
     """The network and the method object of ``spec`` for data set ``ds``."""
     out_dim = 1 if spec.task != "multiclass" else int(ds.n_classes)
-    model = MLP([int(np.prod(ds.X.shape[1:])), *spec.model_hidden, out_dim], spec.activation)
+    if spec.conv:
+        model = ConvNet(image_shape(ds), spec.conv["arch"], out_dim, fc=spec.conv["fc"],
+                        batch_norm=spec.conv["batch_norm"], kernel=spec.conv["kernel"])
+    else:
+        model = MLP([int(np.prod(ds.X.shape[1:])), *spec.model_hidden, out_dim], spec.activation)
     cfg = spec.method
     if "image_shape" in cfg and not cfg.image_shape and image_shape(ds):
         cfg = OmegaConf.merge(cfg, {"image_shape": image_shape(ds)})
@@ -111,7 +116,8 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptio
                  eval_samples_final=opts.eval_samples_final, generator=generator, task=spec.task,
                  eval_every=opts.eval_every, stop_on_divergence=opts.stop_on_divergence, progress=opts.progress,
                  desc=opts.desc, checkpoint=opts.checkpoint, checkpoint_every=opts.checkpoint_every,
-                 replica_offset=opts.replica_offset)
+                 replica_offset=opts.replica_offset,
+                 augment={"image_shape": image_shape(ds), **spec.augment} if spec.augment else None)
 
 
 def solve_replicas(spec: RunSpec, ds, pairs, data_index, hparams, opts: FitOptions) -> TrainResult:

@@ -57,6 +57,8 @@ class RunSpec:
     prior_scaling: str | None = None  # "fan_in": a layer's prior precision times (fan-in + 1), Neal's prior
     save_predictive: bool | None = None  # regression: store the predictive mean and variance at the test rows (True)
     active_learning: dict | None = None  # {"rounds": n, "acquire": "variance" | "random"} (bnnbench.active)
+    conv: dict | None = None          # a convolutional network (model=vgg_*): {"arch", "fc", "batch_norm", "kernel"}
+    augment: dict | None = None       # {"crop_pad": p, "flip": bool}: random crops and flips of the training images
 
     def epochs_for(self, n_train_max: int) -> int:
         """The epochs of a run whose largest training set has ``n_train_max`` rows: ``epochs``, or with ``steps`` set
@@ -93,6 +95,27 @@ def _prior_scaling(value) -> str | None:
     if value not in (None, "fan_in"):
         raise ConfigError(f"protocol.prior_scaling must be fan_in or null, got {value!r}")
     return value
+
+
+def _conv(model) -> dict | None:
+    """The convolutional network of ``model=convnet``-style files (``name: convnet``); None for the MLP."""
+    if model.get("name") != "convnet":
+        return None
+    arch = [a if a == "M" else int(a) for a in model.arch]
+    if any(a != "M" and a <= 0 for a in arch):
+        raise ConfigError(f"model.arch: conv widths must be positive integers or M, got {arch}")
+    return {"arch": arch, "fc": [int(h) for h in (model.get("fc") or [])],
+            "batch_norm": bool(model.get("batch_norm", False)), "kernel": int(model.get("kernel", 3))}
+
+
+def _augment(value) -> dict | None:
+    if not value:
+        return None
+    out = OmegaConf.to_container(value) if not isinstance(value, dict) else dict(value)
+    unknown = set(out) - {"crop_pad", "flip"}
+    if unknown:
+        raise ConfigError(f"protocol.augment: unknown keys {sorted(unknown)}; valid: crop_pad, flip")
+    return {"crop_pad": int(out.get("crop_pad", 0)), "flip": bool(out.get("flip", False))}
 
 
 def _stages(stages) -> list | None:
@@ -213,6 +236,7 @@ def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None
                    save_predictive=True if proto.get("save_predictive") else None,
                    active_learning=OmegaConf.to_container(proto.active_learning)
                    if proto.get("active_learning") else None,
+                   conv=_conv(cfg.model), augment=_augment(proto.get("augment")),
                    prior_scaling=_prior_scaling(proto.get("prior_scaling")),
                    subset=OmegaConf.to_container(proto.subset) if proto.get("subset") else None,
                    splits=OmegaConf.to_container(proto.splits)

@@ -38,6 +38,8 @@ class ProtocolSchema:
                                             # rows (predictive.npz beside the record; figures, HMC comparisons)
     active_learning: Any = None             # {rounds: n, acquire: variance | random}: refit and acquire one pool row
                                             # per round (split_scheme kind subsample; bnnbench.active)
+    augment: Any = None                     # {crop_pad: p, flip: bool}: each training image of a minibatch randomly
+                                            # cropped from its zero-padded copy and flipped left-right (augment.py)
     posterior_metrics: Optional[str] = None  # logreg: SLANG Table 1's metrics of a Gaussian q
     exact_gtol: Optional[float] = None      # gradient tolerance of the exact (L-BFGS) solutions
     lr_drop: Any = None                     # {at: fraction of the epochs, factor: f}

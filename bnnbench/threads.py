@@ -69,7 +69,10 @@ def check(setting) -> None:
 
 
 def network_params(spec, ds) -> int:
-    """Parameters of the run's network (an MLP of ``spec.model_hidden`` on data set ``ds``)."""
+    """Parameters of the run's network (an MLP of ``spec.model_hidden`` on data set ``ds``); a convolutional network
+    counts as many (its cost is in its convolutions, not its parameters: ``auto`` gives it the cores)."""
+    if getattr(spec, "conv", None):
+        return MANY_PARAMS
     out_dim = int(ds.n_classes) if spec.task == "multiclass" else 1
     sizes = [int(np.prod(ds.X.shape[1:])), *spec.model_hidden, out_dim]
     return sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))

@@ -20,7 +20,10 @@ from bnnbench.models.mlp import MLP, affine
 
 def forward_cache(model: MLP, layers, x: torch.Tensor):
     """Outputs ``[R, S, B, d_out]`` plus per layer the input ``a`` and the pre-activation ``z``
-    (``z`` is part of the graph, so ``autograd.grad(loss, zs)`` gives the back-propagated ``g``)."""
+    (``z`` is part of the graph, so ``autograd.grad(loss, zs)`` gives the back-propagated ``g``). A convolutional
+    network (``models/convnet.py``) gives its patches and pre-activations with the positions as rows."""
+    if hasattr(model, "forward_cache"):
+        return model.forward_cache(layers, x)
     h = x.unsqueeze(1)
     acts, zs = [], []
     n = len(layers)
@@ -38,7 +41,10 @@ def backprop(model: MLP, layers, acts, zs, g_out: torch.Tensor) -> list[torch.Te
     ``g_out = d loss / d f``, without autograd: ``g_{l-1} = (g_l W_l^T) * act'(z_{l-1})``.
 
     ``g_out [R, S, K B, d_out]`` may hold K cotangents of the same B examples one after another (observed and sampled
-    targets, say): one pass serves them all. ``acts``, ``zs`` as ``forward_cache`` returns them."""
+    targets, say): one pass serves them all. ``acts``, ``zs`` as ``forward_cache`` returns them. A convolutional
+    network back-propagates by autograd (``ConvNet.backprop``: its rows are examples x positions)."""
+    if hasattr(model, "backprop"):
+        return model.backprop(layers, acts, zs, g_out)
     g, gs = g_out, [g_out]
     for l in range(len(layers) - 1, 0, -1):
         z = zs[l - 1]
@@ -66,7 +72,10 @@ def collapse_samples(model: MLP, acts, gs, how: str = "rss"):
 
 
 def sum_sq_grads(model: MLP, acts, gs) -> torch.Tensor:
-    """``sum_i (d loss_i / d theta)^2`` as a flat ``[R, S, P]`` tensor from ``a`` and ``g`` per layer."""
+    """``sum_i (d loss_i / d theta)^2`` as a flat ``[R, S, P]`` tensor from ``a`` and ``g`` per layer (a convolutional
+    network's: ``ConvNet.sum_sq_grads``, positions summed per example before squaring)."""
+    if hasattr(model, "sum_sq_grads"):
+        return model.sum_sq_grads(acts, gs)
     parts = []
     for a, g in zip(acts, gs):
         g2 = g * g

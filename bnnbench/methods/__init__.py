@@ -28,8 +28,9 @@ from bnnbench.methods.map import MAP
 from bnnbench.methods.mc_dropout import MCDropout
 from bnnbench.methods.vadam import Vadam, Vprop
 from bnnbench.methods.vadam_matlab import VadamMatlab
-from bnnbench.methods.noisy import NoisyAdam, NoisyKFAC
+from bnnbench.methods.noisy import KFAC, NoisyAdam, NoisyKFAC
 from bnnbench.methods.pbp import PBP
+from bnnbench.methods.sgd import SGD
 from bnnbench.methods.slang import SLANG
 from bnnbench.methods.vogn import VOGN
 
@@ -37,7 +38,7 @@ METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropou
                                                                 NoisyKFAC, FullGaussian, VadamMatlab, ExactFullGaussian,
                                                                 ExactMeanField, Factorised, LocalInducing,
                                                                 GlobalInducing, FactorisedGlobalInducing,
-                                                                RandomGlobalInducing, HMC, PBP)}
+                                                                RandomGlobalInducing, HMC, PBP, SGD, KFAC)}
 
 
 ENTRY_POINT_GROUP = "bnnbench.methods"

@@ -96,6 +96,9 @@ class Method:
     # True where ``step`` needs each replica's whole training set in one batch (HMC's full-batch gradients): the run
     # then checks that protocol.batch_size covers the largest training set
     full_batch = False
+    # True where the method runs on a convolutional network (``models/convnet.py``: the MLP's flat layout, the
+    # positions of a convolution as extra rows of its ``forward_cache``); the others are refused on one
+    conv = False
     # optional ``diagnostics(state, data: engine.ReplicaData) -> dict``: what the method reports about its final
     # state (HMC: acceptance, R-hat, ESS), stored under the record's "diagnostics"
     diagnostics = None

@@ -43,6 +43,7 @@ class BBBConfig(gamma_noise.NoiseConfig):
 class BBB(MeanField):
     name = "bbb"
     Config = BBBConfig
+    conv = True  # with weight draws (the local reparameterisation trick is an MLP's)
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         cfg = self.cfg

@@ -26,6 +26,7 @@ class MAPConfig(MethodConfig):
 class MAP(Method):
     name = "map"
     Config = MAPConfig
+    conv = True
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         theta = self.init_params(problem, generator)
@@ -43,16 +44,20 @@ class MAP(Method):
         reg = 0.5 * (state["prior_prec"] * theta * theta).sum(-1) / state["n_data"].to(theta.dtype)
         return nll + reg, {"nll": nll}
 
-    def step(self, state, batch, noise, lr_scale=1.0):
+    def gradient(self, state, batch, noise):
+        """The objective ``[R]``, its statistics and its gradient ``[R, P]`` at ``state["theta"]``."""
         theta = state["theta"].detach().requires_grad_(True)
         with torch.enable_grad():
             obj, stats = self.objective(state, theta, batch, noise)
             (g,) = torch.autograd.grad(obj.sum(), [theta])
+        return obj.detach(), {k: v.detach() for k, v in stats.items()}, g
+
+    def step(self, state, batch, noise, lr_scale=1.0):
+        obj, stats, g = self.gradient(state, batch, noise)
         t = state["t"] + 1
         new_theta, m, v = adam(state["theta"], g, state["m"], state["v"], t, float(self.cfg.lr) * lr_scale,
                                tuple(self.cfg.betas), float(self.cfg.eps))
-        return ({**state, "theta": new_theta, "m": m, "v": v, "t": t},
-                {"objective": obj.detach(), **{k: v.detach() for k, v in stats.items()}})
+        return {**state, "theta": new_theta, "m": m, "v": v, "t": t}, {"objective": obj, **stats}
 
     def predict(self, state, x, n_samples, generator):
         return self._predictive(state, self.model.forward(state["theta"].unsqueeze(1), x))

@@ -77,6 +77,17 @@ def _kron_times(cA: torch.Tensor, E: torch.Tensor, cS: torch.Tensor) -> torch.Te
     return X.reshape(R, a, S, b).transpose(1, 2)
 
 
+def kl_clip_coeff(cfg, t: torch.Tensor, lr: float, step: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """min(1, sqrt(c_k / (lr^2 <step, V>))) per replica ``[R]``, ``step = F~^-1 V`` the preconditioned update and
+    ``<step, V> = step^T F~ step`` its squared norm in the damped curvature it was preconditioned with; c_k =
+    kl_clip x kl_clip_decay ^ floor(k / kl_clip_every). The trust region of the CIFAR-10 experiments (App. C.2:
+    alpha = min(alpha_max, sqrt(c / (v^T F v)))), tf.contrib.kfac's ``norm_constraint`` in the authors' code (C1)."""
+    c = float(cfg.kl_clip) * float(cfg.kl_clip_decay) ** torch.div(
+        t, int(cfg.kl_clip_every), rounding_mode="floor").to(step.dtype)
+    sq = (lr ** 2) * (step * V).sum(-1)
+    return torch.sqrt(c / sq.clamp_min(torch.finfo(step.dtype).tiny)).clamp(max=1.0)
+
+
 @dataclass
 class NoisyAdamConfig(gamma_noise.NoiseConfig):
     name: str = "noisy_adam"
@@ -87,7 +98,10 @@ class NoisyAdamConfig(gamma_noise.NoiseConfig):
     f_init: float = 1.0                 # initial Fisher estimate f (used when init_std is None)
     init_std: Optional[float] = None    # initial posterior std: sets f so that lambda / (N (f + gamma_in)) = init_std^2
     train_samples: int = 10
-    init_mean: str = "uniform_fan_in"
+    init_mean: str = "uniform_fan_in"   # uniform_fan_in | zero | xavier_uniform (a ConvNet's: the CIFAR-10 code's)
+    kl_clip: Optional[float] = None     # the CIFAR-10 trust region, as noisy K-FAC's (c_0 = 1e-4 for noisy Adam)
+    kl_clip_decay: float = 0.95
+    kl_clip_every: int = 390
     learn_noise: bool = True            # a Gaussian likelihood's q(tau) = Gamma(a, b) learned (the UCI protocol)
     noise_prior_shape: Optional[float] = 6.0   # Gamma(a0, b0) prior on tau (normalised units)
     noise_prior_rate: Optional[float] = 6.0
@@ -106,8 +120,16 @@ class NoisyKFACConfig(gamma_noise.NoiseConfig):
     T_inv: int = 1                      # inverses of the damped factors every T_inv steps
     factor_init: float = 1.0            # A, S start at factor_init * I (the code's I + T T^T is random, not reproduced)
     momentum: float = 0.9               # on V, bias-corrected (regression/ops/mvg_optimizer.py); 0 = Alg. 2
+    # ema: the regression code's m <- mu m + (1 - mu) V, bias-corrected, before preconditioning; heavy_ball: the
+    # classification code's tf.contrib.kfac velocity u <- mu u + (clipped preconditioned step), the step alpha u (C1)
+    momentum_type: str = "ema"
     train_samples: int = 10
-    init_mean: str = "uniform_fan_in"
+    init_mean: str = "uniform_fan_in"   # uniform_fan_in | zero | xavier_uniform (a ConvNet's: the CIFAR-10 code's)
+    # KL clipping (CIFAR-10, App. C.2): the step times min(1, sqrt(c_k / (alpha^2 v^T F v))), c_k = kl_clip x
+    # kl_clip_decay ^ floor(k / kl_clip_every): the trust region of the authors' classification code
+    kl_clip: Optional[float] = None
+    kl_clip_decay: float = 0.95
+    kl_clip_every: int = 390            # steps per decay: one CIFAR-10 epoch at minibatch 128
     learn_noise: bool = True
     noise_prior_shape: Optional[float] = 6.0
     noise_prior_rate: Optional[float] = 6.0
@@ -117,7 +139,13 @@ class NoisyKFACConfig(gamma_noise.NoiseConfig):
 class _NoisyBase(Method):
     """Shared: intrinsic damping, the learned Gamma noise posterior, sampled-target gradients."""
 
-    needs_autograd = False  # closed-form cotangents and a manual backward pass
+    conv = True  # runs on models/convnet.py's networks
+
+    @property
+    def needs_autograd(self) -> bool:
+        """An MLP's cotangents and backward pass are closed-form; a convolutional network back-propagates by autograd
+        through its pools and batch normalisation (``ConvNet.backprop``)."""
+        return hasattr(self.model, "backprop")
 
     def _common_init(self, problem: Problem, generator: torch.Generator):
         R = problem.n_replicas
@@ -135,22 +163,28 @@ class _NoisyBase(Method):
         """Adam step on q(tau)'s (log a, log b) (``gamma_noise.step``); nothing without a learned noise."""
         return gamma_noise.step(self.cfg, state, f, y, lr_scale) if "log_ab" in state else {}
 
-    def _target_noise(self, state, batch, generator):
-        """The standard draws of targets y~ ~ p(y | x, w) for the true Fisher (``Likelihood.sample_noise``)."""
-        f_shape = (state["mean"].shape[0], int(self.cfg.train_samples), batch.x.shape[1], self.model.output_dim)
+    def _target_noise(self, state, batch, generator, n_samples: int | None = None):
+        """The standard draws of targets y~ ~ p(y | x, w) for the true Fisher (``Likelihood.sample_noise``), for
+        ``n_samples`` weight draws (default ``train_samples``)."""
+        S = int(self.cfg.train_samples) if n_samples is None else n_samples
+        f_shape = (state["mean"].shape[0], S, batch.x.shape[1], self.model.output_dim)
         return likelihood_of(state, self.likelihood).sample_noise(f_shape, generator, batch.x.dtype, batch.x.device)
 
     def _backprop_observed_and_sampled(self, state, layers, x, y, y_noise):
         """One forward pass, then one manual backward pass (``backprop``) for two cotangents, both in closed form
         (``grad_f``, ``sampled_score``): the back-propagated gradients ``dz`` of the minibatch-mean log-likelihood of
         the observed targets and ``ds`` of the per-example log-likelihoods of targets drawn from the model (the true
-        Fisher's). Returns ``f, ll [R, S], acts, dz, ds``."""
+        Fisher's). Returns ``f, ll [R, S], acts, dz, ds``; a convolution's rows are examples x positions
+        (``ConvNet.forward_cache``, whose backward pass is autograd's: the cotangents and outputs leave its graph)."""
         f, acts, zs = forward_cache(self.model, layers, x)
         lik = likelihood_of(state, self.likelihood)   # the Gaussian's precision: E_q[tau] = a / b
         B = x.shape[-2]
-        g_obs = lik.grad_f(f, y) / B
-        gs = backprop(self.model, layers, acts, zs, torch.cat([g_obs, lik.sampled_score(f, y_noise)], -2))
-        return f, lik.log_prob(f, y).mean(-1), acts, [g[..., :B, :] for g in gs], [g[..., B:, :] for g in gs]
+        fd = f.detach()
+        g_obs = lik.grad_f(fd, y) / B
+        gs = backprop(self.model, layers, acts, zs, torch.cat([g_obs, lik.sampled_score(fd, y_noise)], -2))
+        rows = [a.shape[-2] for a in acts]
+        return (fd, lik.log_prob(fd, y).mean(-1), [a.detach() for a in acts],
+                [g[..., :n, :] for g, n in zip(gs, rows)], [g[..., n:, :] for g, n in zip(gs, rows)])
 
 
 class NoisyAdam(_NoisyBase, MeanField):
@@ -195,7 +229,11 @@ class NoisyAdam(_NoisyBase, MeanField):
         m = b1 * state["m"] + (1 - b1) * v
         fisher = b2 * state["f"] + (1 - b2) * fisher_b.mean(1)
         m_hat = m / (1 - b1 ** t.to(mean.dtype))[:, None]
-        new_mean = mean + float(self.cfg.lr) * lr_scale * m_hat / (fisher + gin + float(self.cfg.damping_ex))
+        step = m_hat / (fisher + gin + float(self.cfg.damping_ex))
+        lr = float(self.cfg.lr) * lr_scale
+        if self.cfg.kl_clip is not None:
+            step = step * kl_clip_coeff(self.cfg, t, lr, step, m_hat)[:, None]
+        new_mean = mean + lr * step
         new = {**state, "mean": new_mean, "m": m, "f": fisher, "t": t, **self._noise_step(state, f, batch.y, lr_scale)}
         nll = -ll.mean(1)
         return new, {"objective": nll, "nll": nll}
@@ -214,6 +252,11 @@ class NoisyKFAC(_NoisyBase):
     name = "noisy_kfac"
     Config = NoisyKFACConfig
 
+    @classmethod
+    def check_settings(cls, cfg) -> None:
+        if cfg.get("momentum_type", "ema") not in ("ema", "heavy_ball"):
+            raise ValueError(f"momentum_type must be ema or heavy_ball, got {cfg.get('momentum_type')!r}")
+
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         state = self._common_init(problem, generator)
         mean, R = state["mean"], problem.n_replicas
@@ -222,8 +265,10 @@ class NoisyKFAC(_NoisyBase):
             eye_s = torch.eye(d_out, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
             state[f"A{l}"] = eye_a * float(self.cfg.factor_init)
             state[f"S{l}"] = eye_s * float(self.cfg.factor_init)
-            if float(self.cfg.momentum) > 0:
+            if float(self.cfg.momentum) > 0 and self.cfg.momentum_type == "ema":
                 state[f"mom{l}"] = torch.zeros(R, d_in + 1, d_out, dtype=mean.dtype, device=mean.device)
+        if float(self.cfg.momentum) > 0 and self.cfg.momentum_type == "heavy_ball":
+            state["velocity"] = torch.zeros_like(mean)
         return self._refresh(state, covariance=True, inverses=True)
 
     # homogeneous weights [d_in + 1, d_out] <-> the flat layout [W (d_in x d_out), b]: the flat block of a layer is
@@ -319,11 +364,14 @@ class NoisyKFAC(_NoisyBase):
         # (pomonam/NoisyNaturalGradient regression/ops/mvg_optimizer.py: ratio = 0.1, bias_corr); Alg. 2
         # omits it "for simplicity". momentum = 0 gives Alg. 2 exactly.
         b1 = float(self.cfg.momentum)
-        bias_corr = (1 - b1 ** t.to(state["mean"].dtype))[:, None, None] if b1 > 0 else None
+        ema = b1 > 0 and self.cfg.momentum_type == "ema"
+        bias_corr = (1 - b1 ** t.to(state["mean"].dtype))[:, None, None] if ema else None
         g_in = g_in[:, None, None]
         beta = float(self.cfg.beta) * lr_scale
-        steps = []
+        steps, Vs = [], []
+        n_ex = batch.x.shape[1]
         for l, (a, d_y, d_s, W) in enumerate(zip(acts, dz, ds, hom)):
+            # B rows: the examples, or for a convolution examples x positions (its patches, Grosse & Martens 2016)
             R, S_, B = a.shape[:3]
             shared = a.stride(1) == 0  # the first layer: the samples share its input x, so sums over them go first
             a = a[:, :1] if shared else a
@@ -334,17 +382,26 @@ class NoisyKFAC(_NoisyBase):
             # one output: a multiply and a sum, 4x faster on a CPU than a GEMV per replica
             grad = (a1 * d_y).sum(1).unsqueeze(-1) if d_y.shape[-1] == 1 else a1.transpose(1, 2) @ d_y
             V = grad / S_ - g_in * W.mean(1)
-            if b1 > 0:
+            if ema:
                 new[f"mom{l}"] = b1 * state[f"mom{l}"] + (1 - b1) * V
                 V = new[f"mom{l}"] / bias_corr
             steps.append(self._precondition(state, l, V))
+            Vs.append(V)
             if k % T_stats == 0:
+                # (1 - b) X + b E[x x^T], one fused GEMM each: A = E_{b,t}[a a^T] over examples and positions,
+                # S = E_b[sum_t ds_t ds_t^T] (KFC's Omega / |T| and |T| Gamma: F ~ A (x) S for a convolution too)
                 d = d_s.reshape(R, S_ * B, -1)
-                ema = dict(beta=1 - beta, alpha=beta / (S_ * B))       # (1 - b) X + b E[x x^T], one fused GEMM
-                new[f"A{l}"] = torch.baddbmm(state[f"A{l}"], a1.transpose(1, 2), a1,
-                                             **(dict(ema, alpha=beta / B) if shared else ema))
-                new[f"S{l}"] = torch.baddbmm(state[f"S{l}"], d.transpose(1, 2), d, **ema)
-        new["mean"] = state["mean"] + float(self.cfg.lr) * lr_scale * self._flat(steps)
+                new[f"A{l}"] = torch.baddbmm(state[f"A{l}"], a1.transpose(1, 2), a1, beta=1 - beta,
+                                             alpha=beta / (B if shared else S_ * B))
+                new[f"S{l}"] = torch.baddbmm(state[f"S{l}"], d.transpose(1, 2), d, beta=1 - beta,
+                                             alpha=beta / (S_ * n_ex))
+        step = self._flat(steps)
+        lr = float(self.cfg.lr) * lr_scale
+        if self.cfg.kl_clip is not None:
+            step = step * kl_clip_coeff(self.cfg, t, lr, step, self._flat(Vs))[:, None]
+        if "velocity" in state:
+            step = new["velocity"] = b1 * state["velocity"] + step
+        new["mean"] = state["mean"] + lr * step
         new["t"] = t
         new.update(self._noise_step(state, f, batch.y, lr_scale))
         new = self._refresh(new, covariance=k % T_stats == 0, inverses=k % T_inv == 0)
@@ -365,3 +422,47 @@ class NoisyKFAC(_NoisyBase):
                                    + (M * M).sum((-2, -1)) / eta - k + k * torch.log(eta)
                                    - d_out * logdet_U - (d_in + 1) * logdet_V)
         return float(self.cfg.kl_weight) * total
+
+
+@dataclass
+class KFACConfig(NoisyKFACConfig):
+    name: str = "kfac"
+    damping_ex: float = 1e-3            # the preconditioner's damping (the CIFAR-10 code's K-FAC: 1e-3)
+    train_samples: int = 1              # the mean: no weight draws
+    learn_noise: bool = False
+
+
+class KFAC(NoisyKFAC):
+    """K-FAC (Martens & Grosse, 2015; Grosse & Martens, 2016 for convolutions), the deterministic column of noisy
+    natural gradient's CIFAR-10 table: noisy K-FAC's mean update at the mean weights, M <- M + alpha [A^g]^-1 V
+    [S^g]^-1 with V = grad log p - (lambda / N) M (weight decay of the prior's magnitude: the paper's control "K-FAC
+    with weight decay of noisy K-FAC's intrinsic decay" at kl_weight 1) and gamma = lambda / N + damping_ex; the
+    factors from targets sampled at the mean (the true Fisher). A point estimate: predictions use the mean."""
+
+    name = "kfac"
+    Config = KFACConfig
+
+    @classmethod
+    def check_settings(cls, cfg) -> None:
+        super().check_settings(cfg)
+        if int(cfg.get("train_samples", 1)) != 1:
+            raise ValueError("kfac steps at the mean weights: train_samples must be 1")
+
+    @property
+    def _inverses_from_covariance(self) -> bool:
+        return False
+
+    def _refresh(self, state, covariance: bool, inverses: bool):
+        return super()._refresh(state, covariance=False, inverses=inverses)
+
+    def noise(self, state, batch, generator):
+        return None, self._target_noise(state, batch, generator, n_samples=1)
+
+    def _sample_hom(self, state, eps):
+        return [self._hom(state["mean"], l).unsqueeze(1) for l in range(len(self.model.slices))]
+
+    def sample_layers(self, state, n_samples, generator):
+        return self._layers_from_hom(self._sample_hom(state, None))
+
+    def kl(self, state):
+        return None
