@@ -8,8 +8,9 @@ RUNS   ?= results/runs
 EXPERIMENTS ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_fig1 gi_fig2 gi_tableG uci_leaderboard
 TABLES ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_tableG slang_table3 uci_leaderboard   # MNIST's cells are GPU work (device=cuda) or, on a CPU, protocol=slang_mnist_50k
 JOBS   ?= 1
+ARGS   ?=
 
-.PHONY: install test test-e2e test-slow test-all lint data reproduce-tables tables report bench regression clean
+.PHONY: install test test-e2e test-slow test-all lint data reproduce-tables tables report bench gpu-queue regression clean
 
 install:  ## virtual environment in .venv with bnnbench (editable), the test tools and ruff
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +56,10 @@ bench:  ## performance benchmarks (ratios measured in one run)
 	$(PY) bench/hmc_leapfrog.py
 	$(PY) bench/gi_uci_step_ratios.py
 	$(PY) bench/gi_step_ratios.py
+
+# `+` runs the line under make -n / --dry-run too, where it adds --dry-run: the queue is listed, nothing runs
+gpu-queue:  ## the cells only a GPU can run, most valuable first, each resumable (bench/gpu_queue.py): `make gpu-queue --dry-run` (or ARGS=--dry-run) lists them with CPU costs and expected GPU times; ARGS="--budget 600 --fill", "--only slang_L1", "--tiny" (tiny settings on a CPU)
+	+$(PY) bench/gpu_queue.py $(ARGS) $(if $(findstring n,$(firstword -$(MAKEFLAGS))),--dry-run)
 
 regression:  ## CI: re-run the fast cells at the paper protocol, fail if a reproduced cell moved
 	$(BNN) regression --results results --runs-root $${TMPDIR:-/tmp}/bnnbench-regression

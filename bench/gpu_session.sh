@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# What a lent GPU machine (the `device` tool; results/README.md "GPU runs") runs, as two calls on the warm machine:
+# What a lent GPU machine (the `device` tool; results/README.md "GPU runs") runs, as calls on the warm machine:
 #
 #   GPU_BUDGET_S=300 bash bench/gpu_session.sh check   # CUDA tests (tests/test_cuda.py), GPU timing benchmarks
 #   GPU_BUDGET_S=380 bash bench/gpu_session.sh appf    # App. F of global inducing points (gi_mnist500) until then
+#   GPU_BUDGET_S=560 bash bench/gpu_session.sh queue   # the GPU queue (bench/gpu_queue.py, `make gpu-queue`) until then
+#
+# queue: runs `bench/gpu_queue.py --budget <left> --fill` in the repository's runs root (the committed records travel
+# with the working tree, so finished cells are skipped) and brings back, in $OUT: queue.txt (its console),
+# runs.tar.gz (the records, histories and failures it wrote: `tar -xzf runs.tar.gz -C results/runs`), gpu_queue.tar.gz
+# (benchmark JSON, logs, queue.json: `tar -xzf gpu_queue.tar.gz -C results/gpu_queue`) and, where it fits a transfer
+# (at most 48 MiB), the resume state of the cell it left unfinished as resume.tar.part-* (`cat resume.tar.part-* |
+# tar -xf - -C results/runs`; commit it with `git add -f` after `git rm` of a record of another protocol beside it,
+# as tests/test_committed_records.py wants; the next lease continues the cell). QUEUE_ARGS adds options (--only ...).
 #
 # The machine has torch, numpy, scipy, pandas, scikit-learn, matplotlib and pytest but not hydra-core, omegaconf,
 # antlr4 or platformdirs: those and bnnbench itself travel as wheels in .whl/ (carry .whl and .gpu), made here by
@@ -52,5 +61,28 @@ appf)
     # maps per inducing point, with their Adam moments) are 400 MB, li's 127 MB
     (cd /tmp/runs && find . -name record.json -o -name history.json -o -name failed.json | tar -czf "$OUT/runs.tar.gz" -T -)
     ls -la "$OUT"; find /tmp/runs -name record.json | sort
+    ;;
+queue)
+    touch /tmp/queue.start
+    # PYTHONSAFEPATH (above) keeps the repository's bnnbench/ off sys.path; gpu_queue.py lifts it for bench scripts
+    # shellcheck disable=SC2086
+    python3 bench/gpu_queue.py --budget "$(( $(left) - 45 ))" --fill --out "$REPO/results/gpu_queue" \
+        ${QUEUE_ARGS:-} 2>&1 | tee "$OUT/queue.txt"
+    # only what this lease wrote: records, histories and failures (a transfer takes files of at most 16 MiB; the
+    # checkpoints are large), the queue's own files, and the resume state where it fits
+    (cd results/runs && find . -newer /tmp/queue.start \( -name record.json -o -name history.json -o -name failed.json \) \
+        | tar -czf "$OUT/runs.tar.gz" -T -)
+    (cd results/gpu_queue && tar -czf "$OUT/gpu_queue.tar.gz" .)
+    (cd results/runs && find . -newer /tmp/queue.start -name '.*.pt') > /tmp/resume.list
+    if [ -s /tmp/resume.list ]; then
+        (cd results/runs && tar -cf /tmp/resume.tar -T /tmp/resume.list)
+        if [ "$(stat -c %s /tmp/resume.tar)" -le $((48 * 1024 * 1024)) ]; then
+            split -b 15m /tmp/resume.tar "$OUT/resume.tar.part-"
+        else
+            echo "resume state of $(stat -c %s /tmp/resume.tar) bytes cannot travel back (at most 48 MiB):" \
+                "$(tr '\n' ' ' < /tmp/resume.list)"
+        fi
+    fi
+    ls -la "$OUT"
     ;;
 esac

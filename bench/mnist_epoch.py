@@ -5,10 +5,11 @@ the implied time of one epoch on 50k images (250 steps) and of the whole schedul
 300 on 60k: 115 000 steps), and SLANG's epoch relative to an Adam (MAP) epoch on the same network with
 one sample, measured in the same run (issue 5 asks for <= 5x at L = 32).
 
-    python bench/mnist_epoch.py [--steps 5] [--device cpu] [--ranks 1,8,32] [--threads 1,2]
+    python bench/mnist_epoch.py [--steps 5] [--device cpu] [--ranks 1,8,32] [--threads 1,2] [--json out.json]
 
 ``--threads`` times every row at each of these intra-op thread counts in turn (what ``threads=auto`` of a run was
-decided from: bnnbench/threads.py); without it, at torch's current count.
+decided from: bnnbench/threads.py); without it, at torch's current count. ``--json`` also writes every row to a file
+(bench/gpu_queue.py prices SLANG Table 3's GPU cells from it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 from bnnbench.execute import device_of
 
-from step_ratios import CFG, time_steps
+from step_ratios import CFG, device_name, time_steps, write_json
 
 STEPS_EPOCH = 50000 // 200
 STEPS_PROTOCOL = 100 * (50000 // 200) + 300 * (60000 // 200)
@@ -31,17 +32,22 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--ranks", default="1,8,32")
     ap.add_argument("--threads", default="", help="comma list of intra-op thread counts (default: torch's current)")
+    ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
     dev = device_of({"device": args.device})  # full float32 on CUDA, as the runs
     counts = [int(t) for t in args.threads.split(",")] if args.threads else [torch.get_num_threads()]
     print(f"torch {torch.__version__}, {'/'.join(map(str, counts))} threads, device {dev}")
     mn = dict(sizes=[784, 400, 400, 10], lik="categorical", R=1, M=200, steps=args.steps, device=dev)
     adam = {}
+    out = {"bench": "mnist_epoch", "device": str(dev), "device_name": device_name(dev), "torch": torch.__version__,
+           "steps": args.steps, "steps_epoch": STEPS_EPOCH, "steps_protocol": STEPS_PROTOCOL, "rows": []}
     for t in counts:
         torch.set_num_threads(t)
         adam[t] = time_steps("map", CFG["map"], **{**mn, "steps": 4 * args.steps})
         print(f"  {'Adam (MAP), 1 sample':<24s} {t} thr {adam[t]:8.1f} ms/step  "
               f"epoch {adam[t] * STEPS_EPOCH / 1e3:7.1f} s")
+        out["rows"].append({"label": "Adam", "method": "map", "rank": None, "samples": 1, "threads": t,
+                            "ms_step": adam[t], "epoch_s": adam[t] * STEPS_EPOCH / 1e3})
     rows = [("BBB", "bbb", {}), *[(f"SLANG L={L}", "slang", {"rank": int(L)}) for L in args.ranks.split(",")]]
     for label, name, over in rows:
         for t in counts:
@@ -49,6 +55,11 @@ def main():
             ms = time_steps(name, {**CFG[name], **over, "train_samples": 4}, **mn)
             print(f"  {label + ', 4 samples':<24s} {t} thr {ms:8.1f} ms/step  epoch {ms * STEPS_EPOCH / 1e3:7.1f} s  "
                   f"protocol {ms * STEPS_PROTOCOL / 3.6e6:6.1f} h  epoch / Adam epoch {ms / adam[t]:5.1f}x")
+            out["rows"].append({"label": label, "method": name, "rank": over.get("rank"), "samples": 4, "threads": t,
+                                "ms_step": ms, "epoch_s": ms * STEPS_EPOCH / 1e3,
+                                "protocol_s": ms * STEPS_PROTOCOL / 1e3, "ratio_adam": ms / adam[t]})
+    if args.json:
+        write_json(args.json, out)
 
 
 if __name__ == "__main__":

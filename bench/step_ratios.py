@@ -21,13 +21,17 @@ Noisy K-FAC's step adds to Adam's the sampled weights W = M + C_A E C_S^T of eve
 an a x b layer, a = d_in + 1, b = d_out, with dense factors) and, every T_stats steps, the factor statistics
 a^T a and s^T s (2 M (a^2 + b^2)); its floor is 1 + (those) / (6 M P), 2.8x at MNIST scale with T_stats = 10.
 
-    python bench/step_ratios.py [--steps 20] [--device cpu]
+    python bench/step_ratios.py [--steps 20] [--device cpu] [--json out.json] [--kfac-steps 200]
+
+``--json`` also writes every number printed (ms per step, ratios, floors) to a file (bench/gpu_queue.py keeps them).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
@@ -92,36 +96,43 @@ def kfac_floor(sizes: list[int], M: int, T_stats: int) -> float:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--kfac-steps", type=int, default=200, help="at least this many noisy K-FAC steps at MNIST scale "
+                    "(amortises its inversions, every T_inv = 200 steps); fewer only for a quick check")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--json", help="also write the numbers to this file")
     args = ap.parse_args()
     dev = device_of({"device": args.device})  # full float32 on CUDA, as the runs
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {dev}")
+    out = {"bench": "step_ratios", "device": str(dev), "device_name": device_name(dev), "torch": torch.__version__,
+           "threads": torch.get_num_threads(), "steps": args.steps, "mnist": {}, "uci": {}}
 
     print("\nMNIST scale (784-400-400-10, M = 200, 1 sample): ms per step, ratio to Adam  [target]")
     mn = dict(sizes=[784, 400, 400, 10], lik="categorical", R=1, M=200, steps=args.steps, device=dev)
     base = time_steps("map", CFG["map"], **mn)
     print(f"  {'Adam (map)':<26s} {base:8.1f} ms")
+    out["mnist"]["Adam"] = {"ms": base}
     rows = [("vogn", "VOGN", {}, 1.5), ("slang", "SLANG L=8", {"rank": 8}, 3.0),
             ("slang", "SLANG L=32", {"rank": 32}, 5.0), ("noisy_kfac", "noisy K-FAC (T_inv=200)", {}, 2.0)]
     for name, label, over, target in rows:
-        steps = max(args.steps, 200) if name == "noisy_kfac" else args.steps  # amortise T_inv
+        steps = max(args.steps, args.kfac_steps) if name == "noisy_kfac" else args.steps  # amortise T_inv
         ms = time_steps(name, {**CFG[name], **over}, **{**mn, "steps": steps})
-        floor = ""
-        if name == "slang":
-            floor = f"  (flop floor {slang_floor(over['rank'], mn['M']):.1f}x)"
-        elif name == "noisy_kfac":
-            floor = f"  (flop floor {kfac_floor(mn['sizes'], mn['M'], CFG[name]['T_stats']):.1f}x)"
+        fl = (slang_floor(over["rank"], mn["M"]) if name == "slang"
+              else kfac_floor(mn["sizes"], mn["M"], CFG[name]["T_stats"]) if name == "noisy_kfac" else None)
+        floor = f"  (flop floor {fl:.1f}x)" if fl is not None else ""
         print(f"  {label:<26s} {ms:8.1f} ms  {ms / base:5.2f}x  [<= {target}x]{floor}")
+        out["mnist"][label] = {"ms": ms, "ratio": ms / base, "target": target, **({"floor": fl} if fl else {})}
 
     fast = time_steps("slang", {**CFG["slang"], "rank": 32}, **mn)
     slow = time_steps("slang", {**CFG["slang"], "rank": 32, "per_example": "materialised"},
-                      **{**mn, "steps": 3, "warm": 1})
+                      **{**mn, "steps": min(3, args.steps), "warm": 1})
     print(f"  SLANG L=32 fast path vs materialised per-example gradients: {slow / fast:.1f}x faster  [>= 5x]")
+    out["mnist"]["SLANG L=32 fast vs materialised"] = {"ratio": slow / fast, "target": 5.0}
 
     print("\nUCI scale (13-50-1, M = 10, 20 replicas, 4 samples): ms per step, ratio to batched BBB  [target <= 3x]")
     uci = dict(sizes=[13, 50, 1], lik="gaussian", R=20, M=10, steps=args.steps * 5, device=dev)
     bbb = time_steps("bbb", {**CFG["bbb"], "train_samples": 4}, **uci)
     print(f"  {'BBB':<26s} {bbb:8.2f} ms")
+    out["uci"]["BBB"] = {"ms": bbb}
     for name, label in [("vogn", "VOGN"), ("vadam", "Vadam"), ("slang", "SLANG L=1"), ("noisy_adam", "noisy Adam"),
                         ("noisy_kfac", "noisy K-FAC")]:
         cfg = {**CFG[name], "train_samples": 4}
@@ -131,6 +142,22 @@ def main():
             cfg.update(T_stats=1, T_inv=1, damping_ex=0.0)  # the UCI protocol (authors' regression code)
         ms = time_steps(name, cfg, **uci)
         print(f"  {label:<26s} {ms:8.2f} ms  {ms / bbb:5.2f}x")
+        out["uci"][label] = {"ms": ms, "ratio": ms / bbb, "target": 3.0}
+    if args.json:
+        write_json(args.json, out)
+
+
+def device_name(dev) -> str:
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+
+
+def write_json(path, out: dict) -> None:
+    """``out`` as JSON at ``path`` (written whole: a file that exists is complete)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(out, indent=1) + "\n")
+    tmp.replace(path)
 
 
 if __name__ == "__main__":
