@@ -247,6 +247,10 @@ def cmd_list(args) -> int:
         print("datasets:    " + ", ".join(list_datasets()))
     if what in ("all", "methods"):
         print("methods:     " + ", ".join(f"{n} (solved)" if METHODS[n].solved else n for n in sorted(METHODS)))
+        print("  on convolutional networks (model=vgg_mnist, vgg16_half): "
+              + ", ".join(n for n in sorted(METHODS) if METHODS[n].conv))
+    if what in ("all", "models"):
+        print("models:      " + ", ".join(list_names("model")))
     if what in ("all", "protocols"):
         print("protocols:   " + ", ".join(list_names("protocol")))
     if what in ("all", "experiments"):
@@ -292,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("--out", default=str(RESULTS / "figures"))
     lst = sub.add_parser("list", help="list data sets, methods, protocols and experiments")
     lst.add_argument("what", nargs="?", default="all",
-                     choices=["all", "datasets", "methods", "protocols", "experiments"])
+                     choices=["all", "datasets", "methods", "models", "protocols", "experiments"])
     d = sub.add_parser("data", help="fetch and verify data sets")
     d.add_argument("action", choices=["list", "fetch"])
     d.add_argument("names", nargs="*", default=["all"], help="data set ids, a family (uci, libsvm) or all")

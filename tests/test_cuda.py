@@ -143,3 +143,37 @@ def test_every_method_runs_end_to_end_on_the_device(name, tmp_path, module_env):
     on_disk = json.loads((tmp_path / "run" / "record.json").read_text())
     assert on_disk["status"] == "ok" and on_disk["device"].startswith(DEVICE.type)
     assert rec["summary"] and all(abs(s["mean"]) < float("inf") for s in rec["summary"].values()), rec["summary"]
+
+
+CONV = {"sgd": {}, "kfac": {"momentum_type": "heavy_ball", "kl_clip": 1e-3, "T_inv": 2},
+        "bbb": {"train_samples": 2}, "noisy_adam": {"train_samples": 2, "kl_clip": 1e-4, "learn_noise": False},
+        "noisy_kfac": {"train_samples": 2, "kl_clip": 1e-3, "damping_ex": 1e-3, "T_inv": 2, "learn_noise": False}}
+
+
+@pytest.mark.parametrize("name", sorted(CONV))
+def test_conv_step_on_the_device_equals_the_step_on_the_cpu(name):
+    """The convolutional network (grouped convolutions, pools, batch normalisation, patches) and the methods that run
+    on it: three steps from the same state and noise on the CPU and on the device, float64, agree to 1e-8."""
+    from bnnbench.methods.base import Problem
+    from bnnbench.models.convnet import ConvNet
+    g = torch.Generator().manual_seed(2)
+    model = ConvNet((2, 6, 6), [3, "M", 4], 3, fc=[5], batch_norm=True)
+    method = METHODS[name]({**CONV[name], "init_mean": "xavier_uniform"}, model, "categorical")
+    R, B = 2, 5
+    state = method.init(Problem("categorical", torch.full((R,), 40.0, dtype=DT),
+                                torch.full((R, model.n_params), 10.0, dtype=DT)), g)
+    batch = Batch(x=torch.randn(R, B, 72, generator=g, dtype=DT), y=torch.randint(0, 3, (R, B), generator=g),
+                  n_data=state["n_data"])
+    for _ in range(3):
+        noise = method.noise(state, batch, g)
+        new, stats = method.step(state, batch, noise)
+        on_dev, stats_dev = method.step(_to(state, DEVICE), _to(batch, DEVICE), _to(noise, DEVICE))
+        for k in new:
+            a, b = new[k].detach(), on_dev[k].detach().cpu()
+            if a.is_floating_point():
+                scale = a.abs().max().clamp_min(1.0)
+                assert torch.allclose(b, a, rtol=1e-8, atol=1e-10 * float(scale)), (name, k, (b - a).abs().max())
+            else:
+                assert torch.equal(a, b), (name, k)
+        assert torch.allclose(stats_dev["objective"].cpu(), stats["objective"], rtol=1e-8), name
+        state = new

@@ -30,6 +30,7 @@ class MCDropout(MAP):
     name = "mc_dropout"
     Config = MCDropoutConfig
     replica_hparams = ("dropout",)
+    conv = False  # dropout masks of an MLP's layer inputs
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         if "dropout" not in problem.hparams or self.likelihood != "gaussian":
