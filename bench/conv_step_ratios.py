@@ -8,16 +8,15 @@ factors and refreshes the covariance factors, T_stats = 10) plus the refresh of 
 T_inv = 200 steps (timed once).
 
 Floor (multiply-adds per step, F = sum_l rows_l d_in d_out the forward pass, rows_l = B T_l examples x positions,
-a_l = d_in + 1, b_l = d_out): SGD ~ 3 F (forward, input and weight gradients). Noisy K-FAC: the forward pass, two
-backward passes (the observed and the sampled targets' cotangents, one of which also gives the weight gradient from the
-patches), F for the weight gradient, the preconditioned step and the weight draw (2 sum_l (a^2 b + a b^2)), the
-factor statistics every T_stats (sum_l rows (a^2 + b^2)) with the covariance factors' Cholesky and triangular inverses
-(sum_l 2 (a^3 + b^3) / 3), and the inverses every T_inv (sum_l (a^3 + b^3)):
+a_l = d_in + 1, b_l = d_out): SGD ~ 3 F (forward, input and weight gradients). Noisy K-FAC: SGD's 3 F, the
+preconditioned step and the weight draw (2 sum_l (a^2 b + a b^2)), and every T_stats steps a second backward pass
+(the sampled targets' cotangent, F), the factor statistics (sum_l rows (a^2 + b^2)) and the covariance factors'
+Cholesky and triangular inverses (sum_l 2 (a^3 + b^3) / 3), and the inverses every T_inv (sum_l (a^3 + b^3)):
 
-    noisy K-FAC / SGD >= [4 F + 4 sum (a^2 b + a b^2) + (sum rows (a^2 + b^2) + 2/3 sum (a^3 + b^3)) / T_stats
+    noisy K-FAC / SGD >= [3 F + 2 sum (a^2 b + a b^2) + (F + sum rows (a^2 + b^2) + 2/3 sum (a^3 + b^3)) / T_stats
                           + sum (a^3 + b^3) / T_inv] / 3 F
 
-K-FAC: the same without the weight draw and the covariance factors.
+K-FAC: the same with one GEMM pair a step (no weight draw) and no covariance factors.
 
     python bench/conv_step_ratios.py [--steps 10] [--device cpu] [--nets mnist,cifar] [--json out.json]
 """
@@ -55,8 +54,8 @@ def floors(model: ConvNet, T_stats=10, T_inv=200) -> dict:
     stats = sum(rows * (a * a + b * b) for a, b, rows in ab)
     cubes = sum(a ** 3 + b ** 3 for a, b, _ in ab)
     sgd = 3 * F
-    return {"noisy_kfac": (4 * F + 4 * prec + (stats + 2 * cubes / 3) / T_stats + cubes / T_inv) / sgd,
-            "kfac": (4 * F + 2 * prec + stats / T_stats + cubes / T_inv) / sgd}
+    return {"noisy_kfac": (3 * F + 2 * prec + (F + stats + 2 * cubes / 3) / T_stats + cubes / T_inv) / sgd,
+            "kfac": (3 * F + prec + (F + stats) / T_stats + cubes / T_inv) / sgd}
 
 
 def time_method(name, model, device, steps, warm=2):

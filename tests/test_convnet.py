@@ -288,3 +288,23 @@ def test_kl_clip_bounds_the_update_in_the_preconditioning_metric(name):
             A, S = torch.linalg.inv(state[f"iA{l}"]), torch.linalg.inv(state[f"iS{l}"])
             norm = norm + (D * (A @ D @ S)).sum((-2, -1))
     torch.testing.assert_close(norm, torch.full((2,), c), rtol=1e-8, atol=0)
+
+
+def test_kfac_conv_mean_step_is_the_preconditioned_autograd_gradient():
+    """K-FAC's first step on a convolutional network (no momentum, no trust region): the change of each layer's
+    [W; b] is lr [A^g]^-1 V [S^g]^-1, V autograd's gradient of the minibatch-mean log-likelihood at the mean minus
+    the weight decay (lambda / N) M, with the inverses the step preconditions with."""
+    g = torch.Generator().manual_seed(9)
+    model = tiny(batch_norm=True)
+    method = method_class("kfac")({"momentum": 0.0, "lr": 0.3, "T_inv": 1, "kl_weight": 1.0}, model, "categorical")
+    state = method.init(_problem(model, 1, 30), g)
+    batch = Batch(x=torch.randn(1, 6, 72, generator=g), y=torch.randint(0, 3, (1, 6), generator=g),
+                  n_data=torch.full((1,), 30))
+    new, _ = method.step(state, batch, method.noise(state, batch, g))
+    theta = state["mean"][0].clone().requires_grad_()
+    ll = torch.log_softmax(reference_forward(model, theta, batch.x[0]), -1)[torch.arange(6), batch.y[0]].mean()
+    (grad,) = torch.autograd.grad(ll, theta)
+    V = grad - 10.0 / 30 * state["mean"][0]
+    for l in range(len(model.slices)):
+        expect = 0.3 * state[f"iA{l}"][0] @ method._hom(V, l) @ state[f"iS{l}"][0]
+        torch.testing.assert_close(method._hom(new["mean"] - state["mean"], l)[0], expect)

@@ -170,20 +170,24 @@ class _NoisyBase(Method):
         f_shape = (state["mean"].shape[0], S, batch.x.shape[1], self.model.output_dim)
         return likelihood_of(state, self.likelihood).sample_noise(f_shape, generator, batch.x.dtype, batch.x.device)
 
-    def _backprop_observed_and_sampled(self, state, layers, x, y, y_noise):
+    def _backprop_observed_and_sampled(self, state, layers, x, y, y_noise, sampled: bool = True):
         """One forward pass, then one manual backward pass (``backprop``) for two cotangents, both in closed form
         (``grad_f``, ``sampled_score``): the back-propagated gradients ``dz`` of the minibatch-mean log-likelihood of
         the observed targets and ``ds`` of the per-example log-likelihoods of targets drawn from the model (the true
         Fisher's). Returns ``f, ll [R, S], acts, dz, ds``; a convolution's rows are examples x positions
-        (``ConvNet.forward_cache``, whose backward pass is autograd's: the cotangents and outputs leave its graph)."""
+        (``ConvNet.forward_cache``, whose backward pass is autograd's: the cotangents and outputs leave its graph).
+        ``sampled=False`` skips the sampled targets' cotangent (``ds`` is then None): a step that updates no factor."""
         f, acts, zs = forward_cache(self.model, layers, x)
         lik = likelihood_of(state, self.likelihood)   # the Gaussian's precision: E_q[tau] = a / b
         B = x.shape[-2]
         fd = f.detach()
         g_obs = lik.grad_f(fd, y) / B
-        gs = backprop(self.model, layers, acts, zs, torch.cat([g_obs, lik.sampled_score(fd, y_noise)], -2))
         rows = [a.shape[-2] for a in acts]
-        return (fd, lik.log_prob(fd, y).mean(-1), [a.detach() for a in acts],
+        acts = [a.detach() for a in acts]
+        if not sampled:
+            return fd, lik.log_prob(fd, y).mean(-1), acts, backprop(self.model, layers, acts, zs, g_obs), None
+        gs = backprop(self.model, layers, acts, zs, torch.cat([g_obs, lik.sampled_score(fd, y_noise)], -2))
+        return (fd, lik.log_prob(fd, y).mean(-1), acts,
                 [g[..., :n, :] for g, n in zip(gs, rows)], [g[..., n:, :] for g, n in zip(gs, rows)])
 
 
@@ -354,11 +358,17 @@ class NoisyKFAC(_NoisyBase):
         eps, y_noise = noise
         t = state["t"] + 1
         k = int(t[0])
-        hom = self._sample_hom(state, eps)
-        f, ll, acts, dz, ds = self._backprop_observed_and_sampled(state, self._layers_from_hom(hom), batch.x,
-                                                                 batch.y, y_noise)
-        new = dict(state)
         T_stats, T_inv = int(self.cfg.T_stats), int(self.cfg.T_inv)
+        hom = self._sample_hom(state, eps)
+        # the sampled targets' back-propagated gradients feed the factors only (every T_stats steps)
+        if hasattr(self.model, "backprop"):
+            f, ll, acts, grads, ds = self._conv_grads(state, hom, batch, y_noise, factors=k % T_stats == 0)
+            dz = [None] * len(hom)
+        else:
+            f, ll, acts, dz, ds = self._backprop_observed_and_sampled(state, self._layers_from_hom(hom), batch.x,
+                                                                     batch.y, y_noise, sampled=k % T_stats == 0)
+            grads = [None] * len(hom)
+        new = dict(state)
         g_in, _ = self._gammas(state)
         # Momentum on V with Adam-style bias correction, as the authors' regression code
         # (pomonam/NoisyNaturalGradient regression/ops/mvg_optimizer.py: ratio = 0.1, bias_corr); Alg. 2
@@ -370,17 +380,20 @@ class NoisyKFAC(_NoisyBase):
         beta = float(self.cfg.beta) * lr_scale
         steps, Vs = [], []
         n_ex = batch.x.shape[1]
-        for l, (a, d_y, d_s, W) in enumerate(zip(acts, dz, ds, hom)):
-            # B rows: the examples, or for a convolution examples x positions (its patches, Grosse & Martens 2016)
-            R, S_, B = a.shape[:3]
-            shared = a.stride(1) == 0  # the first layer: the samples share its input x, so sums over them go first
-            a = a[:, :1] if shared else a
-            a1 = torch.cat([a, torch.ones_like(a[..., :1])], -1).reshape(R, a.shape[1] * B, -1)
-            # V = mean_s [grad_W mean_b log p(y|x, W_s)] - gamma_in mean_s W_s, the gradient summed over s and b as
-            # one GEMM (sum_{s,b} a_sb dz_sb^T) rather than materialised per sample
-            d_y = d_y.sum(1) if shared else d_y.reshape(R, S_ * B, -1)
-            # one output: a multiply and a sum, 4x faster on a CPU than a GEMV per replica
-            grad = (a1 * d_y).sum(1).unsqueeze(-1) if d_y.shape[-1] == 1 else a1.transpose(1, 2) @ d_y
+        for l, (a, d_y, d_s, W, g_W) in enumerate(zip(acts, dz, ds or [None] * len(acts), hom, grads)):
+            S_ = W.shape[1]
+            if g_W is not None:   # a convolutional network's: autograd's, summed over the samples
+                grad = g_W.sum(1)
+            else:
+                R, _, B = a.shape[:3]
+                shared = a.stride(1) == 0  # the first layer: the samples share its input x, sums over them go first
+                a = a[:, :1] if shared else a
+                a1 = torch.cat([a, torch.ones_like(a[..., :1])], -1).reshape(R, a.shape[1] * B, -1)
+                # V = mean_s [grad_W mean_b log p(y|x, W_s)] - gamma_in mean_s W_s, the gradient summed over s and b
+                # as one GEMM (sum_{s,b} a_sb dz_sb^T) rather than materialised per sample
+                d_y = d_y.sum(1) if shared else d_y.reshape(R, S_ * B, -1)
+                # one output: a multiply and a sum, 4x faster on a CPU than a GEMV per replica
+                grad = (a1 * d_y).sum(1).unsqueeze(-1) if d_y.shape[-1] == 1 else a1.transpose(1, 2) @ d_y
             V = grad / S_ - g_in * W.mean(1)
             if ema:
                 new[f"mom{l}"] = b1 * state[f"mom{l}"] + (1 - b1) * V
@@ -390,6 +403,11 @@ class NoisyKFAC(_NoisyBase):
             if k % T_stats == 0:
                 # (1 - b) X + b E[x x^T], one fused GEMM each: A = E_{b,t}[a a^T] over examples and positions,
                 # S = E_b[sum_t ds_t ds_t^T] (KFC's Omega / |T| and |T| Gamma: F ~ A (x) S for a convolution too)
+                # B rows: the examples, or a convolution's examples x positions (its patches, Grosse & Martens 2016)
+                R, _, B = a.shape[:3]
+                shared = a.stride(1) == 0
+                a = a[:, :1] if shared else a
+                a1 = torch.cat([a, torch.ones_like(a[..., :1])], -1).reshape(R, a.shape[1] * B, -1)
                 d = d_s.reshape(R, S_ * B, -1)
                 new[f"A{l}"] = torch.baddbmm(state[f"A{l}"], a1.transpose(1, 2), a1, beta=1 - beta,
                                              alpha=beta / (B if shared else S_ * B))
@@ -407,6 +425,22 @@ class NoisyKFAC(_NoisyBase):
         new = self._refresh(new, covariance=k % T_stats == 0, inverses=k % T_inv == 0)
         nll = -ll.mean(1)
         return new, {"objective": nll, "nll": nll}
+
+    def _conv_grads(self, state, hom, batch, y_noise, factors: bool):
+        """A convolutional network's step quantities: the outputs, ``ll [R, S]``, autograd's gradient of the
+        minibatch-mean log-likelihood with respect to each sampled ``[W; b]`` (``[R, S, d_in + 1, d_out]``) and, for a
+        step that updates the factors, the patches and the sampled targets' back-propagated gradients (else None:
+        forming the patches is most of a step's memory traffic)."""
+        hom = [h.detach().requires_grad_() for h in hom]
+        layers = self._layers_from_hom(hom)
+        lik = likelihood_of(state, self.likelihood)
+        with torch.enable_grad():
+            f, acts, zs = self.model.forward_cache(layers, batch.x, patches=factors)
+            fd = f.detach()
+            grads = torch.autograd.grad(f, hom, lik.grad_f(fd, batch.y) / batch.x.shape[1], retain_graph=factors)
+            ds = self.model.backprop(layers, acts, zs, lik.sampled_score(fd, y_noise)) if factors else None
+        acts = [None if a is None else a.detach() for a in acts]
+        return fd, lik.log_prob(fd, batch.y).mean(-1), acts, grads, ds
 
     def kl(self, state):
         """lambda KL(MN(M, U, V) || N(0, eta I)) per layer, U = cA cA^T, V = cS cS^T (triangular factors):

@@ -108,10 +108,12 @@ class ConvNet(MLP):
         return torch.cat([self._run(layers, x[:, i:i + self.eval_rows], cache=False)[0]
                           for i in range(0, x.shape[1], self.eval_rows)], dim=2)
 
-    def forward_cache(self, layers, x):
+    def forward_cache(self, layers, x, patches: bool = True):
         """Outputs plus per layer the input patches ``a [R, S, B T, d_in]`` (expanded over samples with stride 0 where
-        they share them) and pre-activations ``z [R, S, B T, d_out]``, ``z`` differentiable (``backprop``)."""
-        return self._run(layers, x, cache=True)
+        they share them) and pre-activations ``z [R, S, B T, d_out]``, ``z`` differentiable (``backprop``).
+        ``patches=False`` leaves the convolutions' patches out (their entries are None): a step that needs the weight
+        gradient only takes it from autograd through the convolution."""
+        return self._run(layers, x, cache=True, patches=patches)
 
     def backprop(self, layers, acts, zs, g_out):
         """``d loss / d z_l`` per layer for output cotangents ``g_out [R, S, K B, n_out]`` (K cotangents of the same
@@ -143,7 +145,7 @@ class ConvNet(MLP):
             parts.append((gb * gb).sum(2))
         return torch.cat(parts, dim=-1)
 
-    def _run(self, layers, x, cache: bool):
+    def _run(self, layers, x, cache: bool, patches: bool = True):
         """The forward pass on maps laid out ``[B, R, S, C, H, W]``: a convolution of every (replica, sample)'s own
         weights is one grouped ``conv2d`` over the B images (6x faster on a CPU than the patches' GEMM with its
         backward pass); with ``cache`` the patches are formed beside it for the curvature."""
@@ -160,7 +162,9 @@ class ConvNet(MLP):
             if kind == "conv":
                 _, H, W_ = arg
                 Sh, C = h.shape[2], h.shape[3]
-                if cache:   # patches [R, Sh, B T, C k^2], channel-major as the weights' rows
+                if cache and not patches:
+                    acts.append(None)
+                elif cache:   # patches [R, Sh, B T, C k^2], channel-major as the weights' rows
                     a = F.unfold(h.detach().flatten(1, 3), k, padding=k // 2).unflatten(1, (R, Sh, C * k * k))
                     acts.append(_expand(a.permute(1, 2, 0, 4, 3).reshape(R, Sh, B * H * W_, C * k * k), S))
                 hs = h.expand(B, R, Wl.shape[1], C, H, W_) if Sh != Wl.shape[1] else h
