@@ -50,8 +50,10 @@ def test_dry_run_lists_every_entry_with_its_gpu_estimate(tmp_path, capsys):
     assert all(e.argv[-1] != "device=cpu" and ("device=cuda" in e.argv or "cuda" in e.argv) for e in gq.QUEUE)
 
 
-def test_dry_run_with_a_budget_says_what_runs_and_what_is_skipped(capsys):
-    assert gq.main(["--dry-run", "--budget", "600", "--only", "bench_step_ratios,bench_mnist_epoch,slang_L1"]) == 0
+def test_dry_run_with_a_budget_says_what_runs_and_what_is_skipped(tmp_path, capsys):
+    """(In an empty --out and runs root: the repository's benchmark JSON would mark the benchmarks done.)"""
+    assert gq.main(["--dry-run", "--budget", "600", "--only", "bench_step_ratios,bench_mnist_epoch,slang_L1",
+                    "--out", str(tmp_path / "out"), "--runs-root", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
     assert "runs: expected 45 s of 10.0 min left" in out
     assert "skipped: expected 27.2 min does not fit the 8.8 min left" in out
