@@ -381,7 +381,7 @@ class NoisyKFAC(_NoisyBase):
         steps, Vs = [], []
         n_ex = batch.x.shape[1]
         for l, (a, d_y, d_s, W, g_W) in enumerate(zip(acts, dz, ds or [None] * len(acts), hom, grads)):
-            S_ = W.shape[1]
+            S_, a1 = W.shape[1], None
             if g_W is not None:   # a convolutional network's: autograd's, summed over the samples
                 grad = g_W.sum(1)
             else:
@@ -403,11 +403,11 @@ class NoisyKFAC(_NoisyBase):
             if k % T_stats == 0:
                 # (1 - b) X + b E[x x^T], one fused GEMM each: A = E_{b,t}[a a^T] over examples and positions,
                 # S = E_b[sum_t ds_t ds_t^T] (KFC's Omega / |T| and |T| Gamma: F ~ A (x) S for a convolution too)
-                # B rows: the examples, or a convolution's examples x positions (its patches, Grosse & Martens 2016)
-                R, _, B = a.shape[:3]
-                shared = a.stride(1) == 0
-                a = a[:, :1] if shared else a
-                a1 = torch.cat([a, torch.ones_like(a[..., :1])], -1).reshape(R, a.shape[1] * B, -1)
+                if a1 is None:   # B rows: a convolution's examples x positions (Grosse & Martens 2016)
+                    R, _, B = a.shape[:3]
+                    shared = a.stride(1) == 0
+                    a = a[:, :1] if shared else a
+                    a1 = torch.cat([a, torch.ones_like(a[..., :1])], -1).reshape(R, a.shape[1] * B, -1)
                 d = d_s.reshape(R, S_ * B, -1)
                 new[f"A{l}"] = torch.baddbmm(state[f"A{l}"], a1.transpose(1, 2), a1, beta=1 - beta,
                                              alpha=beta / (B if shared else S_ * B))
