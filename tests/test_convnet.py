@@ -270,7 +270,7 @@ def test_kl_clip_bounds_the_update_in_the_preconditioning_metric(name):
     g = torch.Generator().manual_seed(8)
     model = tiny()
     c = 1e-9
-    settings = {"train_samples": 1, "learn_noise": False, "kl_clip": c, "kl_clip_every": 1000}
+    settings = {"train_samples": 1, "learn_noise": False, "kl_clip": c}
     if name != "noisy_adam":
         settings.update(damping_ex=1e-2, T_inv=1)
     method = method_class(name)(settings, model, "categorical")

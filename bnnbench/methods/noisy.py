@@ -80,10 +80,13 @@ def _kron_times(cA: torch.Tensor, E: torch.Tensor, cS: torch.Tensor) -> torch.Te
 def kl_clip_coeff(cfg, t: torch.Tensor, lr: float, step: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     """min(1, sqrt(c_k / (lr^2 <step, V>))) per replica ``[R]``, ``step = F~^-1 V`` the preconditioned update and
     ``<step, V> = step^T F~ step`` its squared norm in the damped curvature it was preconditioned with; c_k =
-    kl_clip x kl_clip_decay ^ floor(k / kl_clip_every). The trust region of the CIFAR-10 experiments (App. C.2:
-    alpha = min(alpha_max, sqrt(c / (v^T F v)))), tf.contrib.kfac's ``norm_constraint`` in the authors' code (C1)."""
-    c = float(cfg.kl_clip) * float(cfg.kl_clip_decay) ** torch.div(
-        t, int(cfg.kl_clip_every), rounding_mode="floor").to(step.dtype)
+    kl_clip x kl_clip_decay ^ floor(k / kl_clip_every), constant without a decay. The trust region of the CIFAR-10
+    experiments (App. C.2: alpha = min(alpha_max, sqrt(c / (v^T F v)))), tf.contrib.kfac's ``norm_constraint`` in
+    the authors' code (C1)."""
+    c = float(cfg.kl_clip)
+    if cfg.kl_clip_decay is not None:
+        c = c * float(cfg.kl_clip_decay) ** torch.div(t, int(cfg.kl_clip_every or 1), rounding_mode="floor").to(
+            step.dtype)
     sq = (lr ** 2) * (step * V).sum(-1)
     return torch.sqrt(c / sq.clamp_min(torch.finfo(step.dtype).tiny)).clamp(max=1.0)
 
@@ -100,8 +103,8 @@ class NoisyAdamConfig(gamma_noise.NoiseConfig):
     train_samples: int = 10
     init_mean: str = "uniform_fan_in"   # uniform_fan_in | zero | xavier_uniform (a ConvNet's: the CIFAR-10 code's)
     kl_clip: Optional[float] = None     # the CIFAR-10 trust region, as noisy K-FAC's (c_0 = 1e-4 for noisy Adam)
-    kl_clip_decay: float = 0.95
-    kl_clip_every: int = 390
+    kl_clip_decay: Optional[float] = None
+    kl_clip_every: Optional[int] = None
     learn_noise: bool = True            # a Gaussian likelihood's q(tau) = Gamma(a, b) learned (the UCI protocol)
     noise_prior_shape: Optional[float] = 6.0   # Gamma(a0, b0) prior on tau (normalised units)
     noise_prior_rate: Optional[float] = 6.0
@@ -120,16 +123,17 @@ class NoisyKFACConfig(gamma_noise.NoiseConfig):
     T_inv: int = 1                      # inverses of the damped factors every T_inv steps
     factor_init: float = 1.0            # A, S start at factor_init * I (the code's I + T T^T is random, not reproduced)
     momentum: float = 0.9               # on V, bias-corrected (regression/ops/mvg_optimizer.py); 0 = Alg. 2
-    # ema: the regression code's m <- mu m + (1 - mu) V, bias-corrected, before preconditioning; heavy_ball: the
-    # classification code's tf.contrib.kfac velocity u <- mu u + (clipped preconditioned step), the step alpha u (C1)
-    momentum_type: str = "ema"
+    # ema (None): the regression code's m <- mu m + (1 - mu) V, bias-corrected, before preconditioning; heavy_ball:
+    # the classification code's tf.contrib.kfac velocity u <- mu u + (clipped preconditioned step), the step alpha u
+    momentum_type: Optional[str] = None
     train_samples: int = 10
     init_mean: str = "uniform_fan_in"   # uniform_fan_in | zero | xavier_uniform (a ConvNet's: the CIFAR-10 code's)
     # KL clipping (CIFAR-10, App. C.2): the step times min(1, sqrt(c_k / (alpha^2 v^T F v))), c_k = kl_clip x
-    # kl_clip_decay ^ floor(k / kl_clip_every): the trust region of the authors' classification code
+    # kl_clip_decay ^ floor(k / kl_clip_every) (None: no decay): the trust region of the authors' classification code
+    # (c_0 = 1e-3, x 0.95 every 390 steps, one CIFAR-10 epoch at minibatch 128)
     kl_clip: Optional[float] = None
-    kl_clip_decay: float = 0.95
-    kl_clip_every: int = 390            # steps per decay: one CIFAR-10 epoch at minibatch 128
+    kl_clip_decay: Optional[float] = None
+    kl_clip_every: Optional[int] = None
     learn_noise: bool = True
     noise_prior_shape: Optional[float] = 6.0
     noise_prior_rate: Optional[float] = 6.0
@@ -258,8 +262,10 @@ class NoisyKFAC(_NoisyBase):
 
     @classmethod
     def check_settings(cls, cfg) -> None:
-        if cfg.get("momentum_type", "ema") not in ("ema", "heavy_ball"):
+        if cfg.get("momentum_type") not in (None, "ema", "heavy_ball"):
             raise ValueError(f"momentum_type must be ema or heavy_ball, got {cfg.get('momentum_type')!r}")
+        if cfg.get("kl_clip_decay") is not None and not cfg.get("kl_clip_every"):
+            raise ValueError("kl_clip_decay needs kl_clip_every (the steps between decays)")
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         state = self._common_init(problem, generator)
@@ -269,7 +275,7 @@ class NoisyKFAC(_NoisyBase):
             eye_s = torch.eye(d_out, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
             state[f"A{l}"] = eye_a * float(self.cfg.factor_init)
             state[f"S{l}"] = eye_s * float(self.cfg.factor_init)
-            if float(self.cfg.momentum) > 0 and self.cfg.momentum_type == "ema":
+            if float(self.cfg.momentum) > 0 and self.cfg.momentum_type != "heavy_ball":
                 state[f"mom{l}"] = torch.zeros(R, d_in + 1, d_out, dtype=mean.dtype, device=mean.device)
         if float(self.cfg.momentum) > 0 and self.cfg.momentum_type == "heavy_ball":
             state["velocity"] = torch.zeros_like(mean)
@@ -374,7 +380,7 @@ class NoisyKFAC(_NoisyBase):
         # (pomonam/NoisyNaturalGradient regression/ops/mvg_optimizer.py: ratio = 0.1, bias_corr); Alg. 2
         # omits it "for simplicity". momentum = 0 gives Alg. 2 exactly.
         b1 = float(self.cfg.momentum)
-        ema = b1 > 0 and self.cfg.momentum_type == "ema"
+        ema = b1 > 0 and self.cfg.momentum_type != "heavy_ball"
         bias_corr = (1 - b1 ** t.to(state["mean"].dtype))[:, None, None] if ema else None
         g_in = g_in[:, None, None]
         beta = float(self.cfg.beta) * lr_scale
