@@ -211,9 +211,13 @@ def build_site(results: Path, out: Path) -> list[Path]:
         if not (results / "tables" / f"{exp}.csv").exists():
             continue
         spec = experiment_spec(exp)
-        if spec.get("leaderboard"):
-            lb = build_leaderboard(spec, runs_root)
-            front = _md_table_to_html(render_leaderboard(lb, spec))
+        if spec.get("leaderboard"):   # the open one (every method, yours too) is the front page; others have a page
+            html = _md_table_to_html(render_leaderboard(build_leaderboard(spec, runs_root), spec))
+            if spec["leaderboard"].get("open"):
+                front = html
+            else:
+                _write(tmp / "tables" / f"{exp}.html", _page(spec.get("title", exp), html, 1))
+                tables.append((exp, spec.get("title", exp)))
             continue
         _table_page(tmp, exp, spec, build_table(spec, runs_root), runs_root, misses)
         tables.append((exp, spec.get("title", exp)))

@@ -38,6 +38,9 @@ def site(tmp_path_factory):
             (d / "record.json").write_text(json.dumps({"status": "ok", "method": m, "dataset": f"uci/{ds}",
                                                        "metrics": rows, "summary": {}}))
     (root / "tables" / "uci_leaderboard.csv").write_text("metric\n")
+    # a second leaderboard (not the open one): a page of its own, the front page stays the UCI one
+    shutil.copytree(RES / "runs" / "nng_mnist_conv", root / "runs" / "nng_mnist_conv")
+    (root / "tables" / "nng_mnist_conv.csv").write_text("metric\n")
     out = root / "site"
     pages = build_site(root, out)
     return out, pages
@@ -53,6 +56,10 @@ def test_every_link_and_image_resolves(site):
             assert (page.parent / ref).resolve().exists(), (page, ref)
     table = (out / "tables" / "nng_table4.html").read_text()
     assert 'class="reproduced"' in table and "../runs/nng_table4/" in table and "notes.html" in table
+    conv = (out / "tables" / "nng_mnist_conv.html").read_text()
+    assert "Claims checked" in conv and "noisy K-FAC (NNG-MVG)" in conv
+    index = (out / "index.html").read_text()
+    assert "One leaderboard" in index and 'href="tables/nng_mnist_conv.html"' in index
 
 
 def _chromium(*args):
