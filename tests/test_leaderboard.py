@@ -95,3 +95,27 @@ def test_a_diverged_run_ranks_below_every_finished_one(runs):
     b = df[(df.metric == "ll") & (df.dataset == "uci/b")].set_index("method")
     assert b.loc["m3", "diverged"] and b.loc["m3", "rank"] == 4 and b.loc["m3", "rank"] > b["rank"].drop("m3").max()
     assert "diverged (4)" in render_leaderboard(df, SPEC)
+
+
+def test_claims_are_checked_against_the_table_with_the_differences_in_standard_errors():
+    import pandas as pd
+
+    from bnnbench.leaderboard import render_claims
+    rows = [{"metric": "accuracy", "dataset": "mnist", "method": m, "mean": v, "se": 0.001, "n": 1, "rank": r,
+             "best": "a", "p_vs_best": float("nan"), "tied_best": m == "a", "diverged": False}
+            for m, v, r in (("a", 0.99, 1.0), ("b", 0.98, 2.0), ("c", 0.97, 3.0))]
+    rows += [{"metric": "ece", "dataset": "mnist", "method": m, "mean": v, "se": float("nan"), "n": 1, "rank": r,
+              "best": "b", "p_vs_best": float("nan"), "tied_best": False, "diverged": False}
+             for m, v, r in (("a", 0.02, 3.0), ("b", 0.01, 1.0), ("c", 0.015, 2.0))]
+    spec = {"datasets": ["mnist"], "methods": {"a": {"label": "A"}, "b": {}, "c": {}},
+            "leaderboard": {"metrics": {"accuracy": {"higher_is_better": True, "label": "acc"},
+                                        "ece": {"higher_is_better": False}},
+                            "claims": [{"claim": "a first in accuracy", "better": "a", "than": ["b", "c"],
+                                        "metrics": ["accuracy"]},
+                                       {"claim": "a first in both", "better": "a", "than": ["c"],
+                                        "metrics": ["accuracy", "ece"]},
+                                       {"claim": "d first", "better": "d", "than": ["a"], "metrics": ["accuracy"]}]}}
+    out = "\n".join(render_claims(pd.DataFrame(rows), spec))
+    assert "a first in accuracy (mnist): **holds**. acc vs b: +0.0100 (+7.1 SE); acc vs c: +0.0200 (+14.1 SE)." in out
+    assert "a first in both (mnist): **does not hold**" in out and "ece vs c: +0.0050." in out
+    assert "d first (mnist): **not checked (a run is missing)**" in out

@@ -9,10 +9,10 @@ input maps, flattened channel-major (``F.unfold``: ``d_in = c_in k^2``, ordered 
     z_t = a_t W + b,   W [c_in k^2, c_out],
 
 and the flat parameter vector ``theta [P]`` is laid out exactly as the MLP's, ``[W_1 (d_in x d_out), b_1, ...]``
-(``slices``). Methods written for that layout (BBB, MAP, SGD, noisy Adam, noisy and plain K-FAC) run unchanged;
-``forward_cache`` hands them the patches and pre-activations of every layer with the positions as extra rows
-(``[R, S, B T_l, d]``, ``T_l`` output positions), which is the patch-expanded form Kronecker-factored curvature for
-convolutions works on (Grosse & Martens, 2016: ``dW = sum_t a_t ds_t^T``).
+(``slices``). Methods written for that layout (BBB, MAP, SGD, noisy Adam, noisy and plain K-FAC) run on it;
+``forward_cache`` and ``backprop`` hand them every layer's patches and back-propagated gradients with the positions
+as extra rows (``[R, S, B T_l, d]``, ``T_l`` output positions), the patch-expanded form Kronecker-factored curvature
+for convolutions works on (Grosse & Martens, 2016: ``dW = sum_t a_t ds_t^T``).
 
 Batch normalisation has no parameters here (the authors' K-FAC trains no BN scale or shift: only "w" variables are
 in its optimiser) and normalises by the statistics of the batch it is given, per replica, sample and channel, in
@@ -110,7 +110,8 @@ class ConvNet(MLP):
 
     def forward_cache(self, layers, x, patches: bool = True):
         """Outputs plus per layer the input patches ``a [R, S, B T, d_in]`` (expanded over samples with stride 0 where
-        they share them) and pre-activations ``z [R, S, B T, d_out]``, ``z`` differentiable (``backprop``).
+        they share them) and the pre-activations ``z``, differentiable (``backprop``): a convolution's as maps
+        ``[B, R, S, c_out, H, W]``, a dense layer's ``[R, S, B, d_out]``.
         ``patches=False`` leaves the convolutions' patches out (their entries are None): a step that needs the weight
         gradient only takes it from autograd through the convolution."""
         return self._run(layers, x, cache=True, patches=patches)
