@@ -91,6 +91,16 @@ def kl_clip_coeff(cfg, t: torch.Tensor, lr: float, step: torch.Tensor, V: torch.
     return torch.sqrt(c / sq.clamp_min(torch.finfo(step.dtype).tiny)).clamp(max=1.0)
 
 
+def _homogeneous_rows(a: torch.Tensor):
+    """A layer's inputs ``a [R, S, B, d_in]`` with the homogeneous 1 appended, one row per (sample, row): ``(a1 [R, S B,
+    d_in + 1], R, B, shared)``; where the samples share the inputs (the first layer: stride 0 over S), one sample's
+    rows only (``shared``), so that sums over the samples go first."""
+    R, _, B = a.shape[:3]
+    shared = a.stride(1) == 0
+    a = a[:, :1] if shared else a
+    return torch.cat([a, torch.ones_like(a[..., :1])], -1).reshape(R, a.shape[1] * B, -1), R, B, shared
+
+
 @dataclass
 class NoisyAdamConfig(gamma_noise.NoiseConfig):
     name: str = "noisy_adam"
@@ -391,10 +401,7 @@ class NoisyKFAC(_NoisyBase):
             if g_W is not None:   # a convolutional network's: autograd's, summed over the samples
                 grad = g_W.sum(1)
             else:
-                R, _, B = a.shape[:3]
-                shared = a.stride(1) == 0  # the first layer: the samples share its input x, sums over them go first
-                a = a[:, :1] if shared else a
-                a1 = torch.cat([a, torch.ones_like(a[..., :1])], -1).reshape(R, a.shape[1] * B, -1)
+                a1, R, B, shared = _homogeneous_rows(a)
                 # V = mean_s [grad_W mean_b log p(y|x, W_s)] - gamma_in mean_s W_s, the gradient summed over s and b
                 # as one GEMM (sum_{s,b} a_sb dz_sb^T) rather than materialised per sample
                 d_y = d_y.sum(1) if shared else d_y.reshape(R, S_ * B, -1)
@@ -410,10 +417,7 @@ class NoisyKFAC(_NoisyBase):
                 # (1 - b) X + b E[x x^T], one fused GEMM each: A = E_{b,t}[a a^T] over examples and positions,
                 # S = E_b[sum_t ds_t ds_t^T] (KFC's Omega / |T| and |T| Gamma: F ~ A (x) S for a convolution too)
                 if a1 is None:   # B rows: a convolution's examples x positions (Grosse & Martens 2016)
-                    R, _, B = a.shape[:3]
-                    shared = a.stride(1) == 0
-                    a = a[:, :1] if shared else a
-                    a1 = torch.cat([a, torch.ones_like(a[..., :1])], -1).reshape(R, a.shape[1] * B, -1)
+                    a1, R, B, shared = _homogeneous_rows(a)
                 d = d_s.reshape(R, S_ * B, -1)
                 new[f"A{l}"] = torch.baddbmm(state[f"A{l}"], a1.transpose(1, 2), a1, beta=1 - beta,
                                              alpha=beta / (B if shared else S_ * B))
