@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from bnnbench import results
 from bnnbench.augment import crop_flip
+from bnnbench.config import ConfigError
 from bnnbench.methods.base import Batch, Method, State
 from bnnbench.metrics import classification_metrics, regression_metrics
 
@@ -128,10 +129,19 @@ class TrainResult:
     solve_info: dict | None = None  # a solved method's report of its solve (``Method.solve``)
 
 
-def epoch_batches(data: ReplicaData, batch_size: int, generator: torch.Generator):
+def epoch_batches(data: ReplicaData, batch_size: int, generator: torch.Generator, last_batch: str | None = None):
     """Yield minibatch row indices ``[R, B]``: one permutation per distinct training set and epoch,
-    ``ceil(N_max / B)`` steps; a smaller set wraps around its own permutation."""
+    ``ceil(N_max / B)`` steps. ``last_batch`` None ("wrap"): every batch has B rows, the last one filled from the
+    start of its own permutation (as does a smaller set); "short": the last batch holds the N mod B rows left, as a
+    PyTorch ``DataLoader`` (``drop_last=False``) gives them, so every row is seen once per epoch (all training sets
+    must then have the same size N)."""
     U, n_max = data.x_train.shape[:2]
+    if last_batch not in (None, "wrap", "short"):
+        raise ConfigError(f"protocol.last_batch={last_batch!r}; valid: wrap, short")
+    if last_batch == "short" and bool((data.n_train != n_max).any()):
+        raise ConfigError(f"protocol.last_batch=short needs training sets of one size; these have "
+                          f"{sorted(set(data.n_train.tolist()))} rows (cross-validation folds differ by a row: "
+                          f"use it with hpo=fixed or hpo=recorded)")
     keys = torch.rand(U, n_max, generator=generator, device=data.x_train.device)
     pad = torch.arange(n_max, device=keys.device)[None, :] >= data.n_train[:, None]
     perm = torch.where(pad, torch.full_like(keys, 2.0), keys).argsort(dim=1)
@@ -139,7 +149,7 @@ def epoch_batches(data: ReplicaData, batch_size: int, generator: torch.Generator
     pos = torch.arange(n_steps * batch_size, device=keys.device)[None, :] % data.n_train[:, None]
     rows = perm.gather(1, pos)[data.data_index]   # the epoch's rows at once: fewer small ops per step
     for k in range(n_steps):
-        yield rows[:, k * batch_size:(k + 1) * batch_size]
+        yield rows[:, k * batch_size:min((k + 1) * batch_size, n_max if last_batch == "short" else n_steps * batch_size)]
 
 
 def make_batch(data: ReplicaData, rows: torch.Tensor) -> Batch:
@@ -227,7 +237,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
           stop_on_divergence: bool = True, progress: bool = False, desc: str = "",
           lr_drop: dict | None = None, checkpoint: Path | None = None,
           checkpoint_every: int = 10, eval_samples_final: int | None = None,
-          replica_offset: int = 0, augment: dict | None = None) -> TrainResult:
+          replica_offset: int = 0, augment: dict | None = None, last_batch: str | None = None) -> TrainResult:
     """Run ``epochs`` passes of ``method.update`` over every replica at once.
 
     Evaluates every ``eval_every`` epochs (and at the end), recording the evaluation metrics and the
@@ -244,7 +254,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     result is the same as without the interruption. The caller removes the file when done.
     ``replica_offset`` numbers the replicas in messages (a chunk of a larger run, ``replica_workers``).
     ``augment = {"image_shape", "crop_pad", "flip"}`` crops and flips every training minibatch (``augment.crop_flip``,
-    from the same generator).
+    from the same generator). ``last_batch``: ``epoch_batches``.
     """
     history = History()
     R = data.n_replicas
@@ -265,7 +275,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
             lr_scale = float(lr_drop["factor"])
         obj_sum = torch.zeros(R, device=data.data_index.device, dtype=data.x_train.dtype)
         n_batches = 0
-        for rows in epoch_batches(data, batch_size, generator):
+        for rows in epoch_batches(data, batch_size, generator, last_batch):
             batch = make_batch(data, rows)
             if augment:
                 batch.x = crop_flip(batch.x, augment["image_shape"], augment["crop_pad"], augment["flip"], generator)

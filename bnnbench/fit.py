@@ -117,7 +117,8 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptio
                  eval_every=opts.eval_every, stop_on_divergence=opts.stop_on_divergence, progress=opts.progress,
                  desc=opts.desc, checkpoint=opts.checkpoint, checkpoint_every=opts.checkpoint_every,
                  replica_offset=opts.replica_offset,
-                 augment={"image_shape": image_shape(ds), **spec.augment} if spec.augment else None)
+                 augment={"image_shape": image_shape(ds), **spec.augment} if spec.augment else None,
+                 last_batch=spec.last_batch)
 
 
 def solve_replicas(spec: RunSpec, ds, pairs, data_index, hparams, opts: FitOptions) -> TrainResult:

@@ -7,7 +7,8 @@ a GP with a Matern-5/2 kernel and noise ``alpha`` on the log-space box whose len
 the protocol's values and are re-fitted by maximum marginal likelihood at every step (sklearn's
 L-BFGS-B with 25 random restarts, as ``bayes_opt`` 0.6.0 does), and expected improvement (xi = 0)
 maximised by random search plus L-BFGS-B polishing (bayes_opt: 100000 random points and 250
-L-BFGS-B starts; here 10000 and 5, ample for a 2-D box). One optimiser runs
+L-BFGS-B starts; here 10000 and 5 unless ``hpo.acq_candidates`` / ``hpo.acq_polish`` say otherwise:
+ample for a 2-D box). One optimiser runs
 per split; all splits' candidates x folds train as one batched program, round by round. With
 ``batch > 1`` each round proposes several points by the kriging believer heuristic.
 """

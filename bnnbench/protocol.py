@@ -59,6 +59,7 @@ class RunSpec:
     active_learning: dict | None = None  # {"rounds": n, "acquire": "variance" | "random"} (bnnbench.active)
     conv: dict | None = None          # a convolutional network (model=vgg_*): {"arch", "fc", "batch_norm", "kernel"}
     augment: dict | None = None       # {"crop_pad": p, "flip": bool}: random crops and flips of the training images
+    last_batch: str | None = None     # "short": an epoch's last minibatch holds the N mod B rows left (engine.epoch_batches)
 
     def epochs_for(self, n_train_max: int) -> int:
         """The epochs of a run whose largest training set has ``n_train_max`` rows: ``epochs``, or with ``steps`` set
@@ -237,6 +238,7 @@ def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None
                    active_learning=OmegaConf.to_container(proto.active_learning)
                    if proto.get("active_learning") else None,
                    conv=_conv(cfg.model), augment=_augment(proto.get("augment")),
+                   last_batch=proto.get("last_batch"),
                    prior_scaling=_prior_scaling(proto.get("prior_scaling")),
                    subset=OmegaConf.to_container(proto.subset) if proto.get("subset") else None,
                    splits=OmegaConf.to_container(proto.splits)

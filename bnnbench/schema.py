@@ -40,6 +40,9 @@ class ProtocolSchema:
                                             # per round (split_scheme kind subsample; bnnbench.active)
     augment: Any = None                     # {crop_pad: p, flip: bool}: each training image of a minibatch randomly
                                             # cropped from its zero-padded copy and flipped left-right (augment.py)
+    last_batch: Optional[str] = None        # null / wrap: every minibatch has batch_size rows, the last one filled
+                                            # from the epoch's start; short: the N mod B rows left, as a PyTorch
+                                            # DataLoader gives them (training sets of one size only)
     posterior_metrics: Optional[str] = None  # logreg: SLANG Table 1's metrics of a Gaussian q
     exact_gtol: Optional[float] = None      # gradient tolerance of the exact (L-BFGS) solutions
     lr_drop: Any = None                     # {at: fraction of the epochs, factor: f}
@@ -67,6 +70,8 @@ class HpoSchema:
     length_scales: Optional[list] = None    # bo: initial GP length-scales (log space)
     fit_length_scales: Optional[bool] = None
     gp_restarts: Optional[int] = None
+    acq_candidates: Optional[int] = None    # bo: random points of the EI maximisation (None: 10 000)
+    acq_polish: Optional[int] = None        # bo: of those, polished by L-BFGS-B (None: 5)
     record: Optional[str] = None            # recorded: the run directory whose hyper-parameters are reused
 
 

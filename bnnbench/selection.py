@@ -91,7 +91,9 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
     ls = hpo.get("length_scales") or [1.0] * len(names)
     opts = [GPBayesOpt(bounds, ls, n_random=int(hpo["n_random"]), alpha=float(hpo.get("alpha", 1e-2)),
                        seed=seed * 1000 + i, fit_length_scales=bool(hpo.get("fit_length_scales", True)),
-                       gp_restarts=int(hpo.get("gp_restarts", 25))) for i in range(n_s)]
+                       gp_restarts=int(hpo.get("gp_restarts", 25)),
+                       n_candidates=int(hpo.get("acq_candidates") or 10000),
+                       n_polish=int(hpo.get("acq_polish") or 5)) for i in range(n_s)]
     total = int(hpo["n_random"]) + int(hpo["n_iter"])
     q = int(hpo.get("batch", 1))
     rounds = torch.load(resume, weights_only=False) if resume is not None and Path(resume).exists() else []

@@ -64,3 +64,34 @@ def test_the_protocol_chooses_the_search_unless_the_command_line_does():
     for kind in ("fixed", "grid"):
         spec = resolve(compose([*ov, f"hpo={kind}"]), CommandLine.parse([*ov, f"hpo={kind}"]), meta)
         assert spec.hpo["kind"] == kind
+
+
+def test_last_batch_and_the_acquisition_settings_reach_the_run(monkeypatch):
+    """``protocol.last_batch`` reaches the RunSpec (None unless set, so earlier records keep their hash) and
+    ``hpo.acq_candidates`` / ``hpo.acq_polish`` reach every split's ``GPBayesOpt`` (None: 10 000 and 5)."""
+    import types
+
+    import numpy as np
+
+    from bnnbench import selection
+
+    assert _spec("method=bbb", "data=uci/yacht").last_batch is None
+    assert _spec("method=bbb", "data=uci/yacht", "protocol.last_batch=short").last_batch == "short"
+    made = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(*args, **kw):
+        made.append(kw)
+        if len(made) == 2:
+            raise Stop
+
+    monkeypatch.setattr(selection, "GPBayesOpt", fake)
+    splits = [types.SimpleNamespace(train=np.arange(20)) for _ in range(2)]
+    for extra, want in ([], (10000, 5)), (["hpo.acq_candidates=100000", "hpo.acq_polish=250"], (100000, 250)):
+        made.clear()
+        spec = _spec("method=bbb", "data=uci/yacht", "hpo=bo", *extra)
+        with pytest.raises(Stop):
+            selection.select_hparams(spec, None, splits, 0, device="cpu", dtype=None)
+        assert [(k["n_candidates"], k["n_polish"]) for k in made] == [want, want]

@@ -9,6 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench import methods
+from bnnbench.config import ConfigError
 from bnnbench.contract import slice_noise
 from bnnbench.engine import ReplicaData, Standardiser, epoch_batches, evaluate, make_batch, train
 from bnnbench.methods import METHODS, MAP, Batch, Problem, slice_state
@@ -180,6 +181,26 @@ def test_lr_drop_is_the_lr_scale_passed_to_update():
     dropped, constant = by_hand([1.0, 1.0, 0.25, 0.25]), by_hand([1.0] * 4)
     assert all(torch.equal(res.state[k], dropped[k]) for k in dropped)
     assert not torch.equal(res.state["mean"], constant["mean"])
+
+
+def test_epoch_batches_wrap_and_short_last_batch():
+    """Default: ceil(N / B) batches of B rows, the last filled from the start of the epoch's permutation (so N mod B
+    rows are seen twice); ``last_batch="short"``: the same permutation, every row exactly once, the last batch the
+    N mod B rows left, as a DataLoader with ``drop_last=False``. Unequal training sizes are refused for "short"."""
+    X, y = _toy(n=30)
+    data = ReplicaData.build(X, y, [(np.arange(23), np.arange(23, 30)), (np.arange(7, 30), np.arange(7))], dtype=DT)
+    wrap = list(epoch_batches(data, 5, torch.Generator().manual_seed(3)))
+    short = list(epoch_batches(data, 5, torch.Generator().manual_seed(3), "short"))
+    assert [b.shape[1] for b in wrap] == [5] * 5 and [b.shape[1] for b in short] == [5] * 4 + [3]
+    for r in range(2):
+        perm = torch.cat([b[r] for b in short])
+        assert sorted(perm.tolist()) == list(range(23))               # each row once
+        assert torch.equal(torch.cat([b[r] for b in wrap]), torch.cat([perm, perm[:2]]))
+    uneven = ReplicaData.build(X, y, [(np.arange(23), np.arange(23, 30)), (np.arange(22), np.arange(22, 30))], dtype=DT)
+    with pytest.raises(ConfigError, match="one size"):
+        next(epoch_batches(uneven, 5, torch.Generator(), "short"))
+    with pytest.raises(ConfigError, match="valid: wrap, short"):
+        next(epoch_batches(data, 5, torch.Generator(), "drop"))
 
 
 def test_standardisation_uses_training_rows_only_and_guards_constant_columns():
