@@ -4,6 +4,7 @@
 #   GPU_BUDGET_S=300 bash bench/gpu_session.sh check   # CUDA tests (tests/test_cuda.py), GPU timing benchmarks
 #   GPU_BUDGET_S=380 bash bench/gpu_session.sh appf    # App. F of global inducing points (gi_mnist500) until then
 #   GPU_BUDGET_S=560 bash bench/gpu_session.sh queue   # the GPU queue (bench/gpu_queue.py, `make gpu-queue`) until then
+#   GPU_BUDGET_S=520 bash bench/gpu_session.sh probes  # the misses' CPU experiments (results/probes), a core each
 #
 # queue: runs `bench/gpu_queue.py --budget <left> --fill` in the repository's runs root (the committed records travel
 # with the working tree, so finished cells are skipped) and brings back, in $OUT: queue.txt (its console),
@@ -84,5 +85,17 @@ queue)
         fi
     fi
     ls -la "$OUT"
+    ;;
+probes)
+    # the misses' measured experiments (results/probes/probes.sh) on the machine's 16 cores, one run per core, until
+    # the budget; brings back probes.tar.gz (records, histories, logs and the resume state of unfinished runs:
+    # `tar -xzf probes.tar.gz -C results/probes`, then finish them here with the same command)
+    mkdir -p /tmp/probes
+    # shellcheck disable=SC2086
+    BNNBENCH="python3 -m bnnbench.cli" PROBES_PARALLEL=1 PROBES_ROOT=/tmp/probes timeout "$(( $(left) - 25 ))" \
+        bash results/probes/probes.sh ${PROBE_GROUPS:-slang_bbb_yacht_bo nng_bbb vadam_energy_bo}
+    sleep 2
+    (cd /tmp/probes && tar -czf "$OUT/probes.tar.gz" .)
+    find /tmp/probes -name record.json | sort; tail -n 3 /tmp/probes/log.* ; ls -la "$OUT"
     ;;
 esac

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The measured experiments behind results/README.md's "misses" (issue 22 s4): each line one run of a candidate
+# explanation, written to results/probes/<experiment>/<label>/<data set>/record.json (summary:
+# `python results/probes/summarise.py`). Run groups: `bash results/probes/probes.sh <group> [<group> ...]`, or one line
+# by hand. PROBES_PARALLEL=1 starts every run at once (a machine with a core per run: bench/gpu_session.sh probes);
+# PROBES_ROOT moves the records, BNNBENCH names the command (default bnnbench).
+# "final" groups retrain only the final model, with the committed record's per-split (tau, lambda) (hpo=recorded)
+# or fixed ones; the others repeat the whole selection. threads=1: small UCI programs are fastest on one thread.
+set -eu
+R=${PROBES_ROOT:-results/probes}
+run() {
+    if [ "${PROBES_PARALLEL:-0}" = 1 ]; then
+        ${BNNBENCH:-bnnbench} run runs_root="$R" threads=1 progress=false "$@" > "$R/log.$(echo "$*" | md5sum | cut -c1-8)" 2>&1 &
+    else
+        ${BNNBENCH:-bnnbench} run runs_root="$R" threads=1 progress=false "$@"
+    fi
+}
+mkdir -p "$R"
+S2=results/runs/slang_table2/bbb
+V1=results/runs/vadam_table1/vadam
+[ $# -gt 0 ] || set -- help
+for group in "$@"; do
+case "$group" in
+slang_bbb_yacht_bo)       # SLANG Table 2, BBB on yacht: the whole BO (about 6 min each on one core)
+    run experiment=slang_table2 method=bbb data=uci/yacht label=bbb_seed1 seed=1
+    run experiment=slang_table2 method=bbb data=uci/yacht label=bbb_seed2 seed=2
+    run experiment=slang_table2 method=bbb data=uci/yacht label=bbb_fixed_ls hpo.fit_length_scales=false
+    run experiment=slang_table2 method=bbb data=uci/yacht label=bbb_tau_box 'protocol.datasets.yacht.space.noise_prec=[-1.6,0.4]'
+    run experiment=slang_table2 method=bbb data=uci/yacht label=bbb_acq hpo.acq_candidates=100000 hpo.acq_polish=250
+    ;;
+slang_bbb_final)          # SLANG Table 2, BBB: the final training alone, recorded (tau, lambda), seeds and short batch
+    for d in yacht kin8nm; do
+        for s in 1 2 3 4 5; do
+            run experiment=slang_table2 method=bbb data=uci/$d label=bbb_final_seed$s seed=$s hpo=recorded hpo.record=$S2/uci__$d
+            run experiment=slang_table2 method=bbb data=uci/$d label=bbb_final_short_seed$s seed=$s hpo=recorded \
+                hpo.record=$S2/uci__$d protocol.last_batch=short
+        done
+    done
+    ;;
+vadam_energy_bo)          # Vadam Table 1, Vadam on energy: the BO's seed (which mode a split lands in)
+    run experiment=vadam_table1 method=vadam data=uci/energy label=vadam_seed1 seed=1 workers=3
+    run experiment=vadam_table1 method=vadam data=uci/energy label=vadam_seed2 seed=2 workers=3
+    ;;
+vadam_final)              # Vadam Table 1: energy at the high-tau mode on every split; kin8nm's prior beyond the box
+    for lp in 2.5 3.0 3.5 4.0; do
+        run experiment=vadam_table1 method=vadam data=uci/energy label=vadam_fixed_t5_l$lp hpo=fixed \
+            hparams.noise_prec=$(python3 -c "import math; print(math.exp(5))") hparams.prior_prec=$(python3 -c "import math; print(math.exp($lp))")
+    done
+    for lp in 4 5 6 7; do
+        run experiment=vadam_table1 method=vadam data=uci/kin8nm label=vadam_fixed_t2.2_l$lp hpo=fixed \
+            hparams.noise_prec=$(python3 -c "import math; print(math.exp(2.2))") hparams.prior_prec=$(python3 -c "import math; print(math.exp($lp))")
+    done
+    run experiment=vadam_table1 method=vadam data=uci/kin8nm label=vadam_final_2x_epochs hpo=recorded hpo.record=$V1/uci__kin8nm \
+        protocol.epochs=80
+    ;;
+nng_bbb)                  # NNG Table 1, BBB (untuned): more epochs, a larger step size
+    run experiment=nng_table1 method=bbb data=uci/yacht label=bbb_3000ep protocol.epochs=3000
+    run experiment=nng_table1 method=bbb data=uci/yacht label=bbb_lr0.03 method.lr=0.03
+    run experiment=nng_table1 method=bbb data=uci/energy label=bbb_2000ep protocol.epochs=2000
+    run experiment=nng_table1 method=bbb data=uci/energy label=bbb_lr0.03 method.lr=0.03
+    ;;
+*)
+    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|vadam_energy_bo|vadam_final|nng_bbb" >&2
+    exit 2
+    ;;
+esac
+done
+wait
