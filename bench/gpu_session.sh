@@ -92,7 +92,9 @@ probes)
     # `tar -xzf probes.tar.gz -C results/probes`, then finish them here with the same command)
     mkdir -p /tmp/probes
     # shellcheck disable=SC2086
-    BNNBENCH="python3 -m bnnbench.cli" PROBES_PARALLEL=1 PROBES_ROOT=/tmp/probes timeout "$(( $(left) - 25 ))" \
+    # one BLAS thread per process: sklearn's GP fits otherwise take every core in each of the 16 (measured: the
+    # replayed rounds of a resumed search crawled)
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 BNNBENCH="python3 -m bnnbench.cli" PROBES_PARALLEL=1 PROBES_ROOT=/tmp/probes timeout "$(( $(left) - 25 ))" \
         bash results/probes/probes.sh ${PROBE_GROUPS:-slang_bbb_yacht_bo nng_bbb vadam_energy_bo}
     sleep 2
     (cd /tmp/probes && tar -czf "$OUT/probes.tar.gz" .)

@@ -6,13 +6,13 @@
 # PROBES_ROOT moves the records, BNNBENCH names the command (default bnnbench).
 # "final" groups retrain only the final model, with the committed record's per-split (tau, lambda) (hpo=recorded)
 # or fixed ones; the others repeat the whole selection. threads=1: small UCI programs are fastest on one thread.
-set -eu
+set -u
 R=${PROBES_ROOT:-results/probes}
 run() {
     if [ "${PROBES_PARALLEL:-0}" = 1 ]; then
         ${BNNBENCH:-bnnbench} run runs_root="$R" threads=1 progress=false "$@" > "$R/log.$(echo "$*" | md5sum | cut -c1-8)" 2>&1 &
     else
-        ${BNNBENCH:-bnnbench} run runs_root="$R" threads=1 progress=false "$@"
+        ${BNNBENCH:-bnnbench} run runs_root="$R" threads=1 progress=false "$@" || echo "probes.sh: FAILED: $*" >&2
     fi
 }
 mkdir -p "$R"
@@ -37,9 +37,23 @@ slang_bbb_final)          # SLANG Table 2, BBB: the final training alone, record
         done
     done
     ;;
+slang_bbb_kin8nm_box)     # SLANG Table 2, BBB on kin8nm: the final training at and beyond the box's lower corner
+    for lt in 4.8 4.5; do
+        for lp in -2 -4; do
+            run experiment=slang_table2 method=bbb data=uci/kin8nm label=bbb_fixed_t${lt}_l${lp} hpo=fixed \
+                hparams.noise_prec=$(python3 -c "import math; print(math.exp($lt))") \
+                hparams.prior_prec=$(python3 -c "import math; print(math.exp($lp))")
+        done
+    done
+    run experiment=slang_table2 method=bbb data=uci/kin8nm label=bbb_final_2x_epochs hpo=recorded \
+        hpo.record=$S2/uci__kin8nm protocol.epochs=240
+    run experiment=slang_table2 method=bbb data=uci/kin8nm label=bbb_final_lr0.005 hpo=recorded \
+        hpo.record=$S2/uci__kin8nm method.lr=0.005
+    ;;
 vadam_energy_bo)          # Vadam Table 1, Vadam on energy: the BO's seed (which mode a split lands in)
-    run experiment=vadam_table1 method=vadam data=uci/energy label=vadam_seed1 seed=1 workers=3
-    run experiment=vadam_table1 method=vadam data=uci/energy label=vadam_seed2 seed=2 workers=3
+    run experiment=vadam_table1 method=vadam data=uci/energy label=vadam_seed1 seed=1
+    run experiment=vadam_table1 method=vadam data=uci/energy label=vadam_seed2 seed=2
+    run experiment=vadam_table1 method=vadam data=uci/energy label=vadam_fixed_ls hpo.fit_length_scales=false
     ;;
 vadam_final)              # Vadam Table 1: energy at the high-tau mode on every split; kin8nm's prior beyond the box
     for lp in 2.5 3.0 3.5 4.0; do
@@ -50,6 +64,10 @@ vadam_final)              # Vadam Table 1: energy at the high-tau mode on every 
         run experiment=vadam_table1 method=vadam data=uci/kin8nm label=vadam_fixed_t2.2_l$lp hpo=fixed \
             hparams.noise_prec=$(python3 -c "import math; print(math.exp(2.2))") hparams.prior_prec=$(python3 -c "import math; print(math.exp($lp))")
     done
+    for lt in 2.6 3.0 3.5; do
+        run experiment=vadam_table1 method=vadam data=uci/kin8nm label=vadam_fixed_t${lt}_l4 hpo=fixed \
+            hparams.noise_prec=$(python3 -c "import math; print(math.exp($lt))") hparams.prior_prec=$(python3 -c "import math; print(math.exp(4))")
+    done
     run experiment=vadam_table1 method=vadam data=uci/kin8nm label=vadam_final_2x_epochs hpo=recorded hpo.record=$V1/uci__kin8nm \
         protocol.epochs=80
     ;;
@@ -58,9 +76,13 @@ nng_bbb)                  # NNG Table 1, BBB (untuned): more epochs, a larger st
     run experiment=nng_table1 method=bbb data=uci/yacht label=bbb_lr0.03 method.lr=0.03
     run experiment=nng_table1 method=bbb data=uci/energy label=bbb_2000ep protocol.epochs=2000
     run experiment=nng_table1 method=bbb data=uci/energy label=bbb_lr0.03 method.lr=0.03
+    for d in yacht energy; do
+        run experiment=nng_table1 method=bbb data=uci/$d label=bbb_lr0.003 method.lr=0.003
+        run experiment=nng_table1 method=bbb data=uci/$d label=bbb_noise_lr0.01 method.noise_lr=0.01
+    done
     ;;
 *)
-    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|vadam_energy_bo|vadam_final|nng_bbb" >&2
+    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|slang_bbb_kin8nm_box|vadam_energy_bo|vadam_final|nng_bbb" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,52 @@
+"""``results/probes/summarise.py``: the misses' experiments beside their committed cell, read from records."""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _summarise():
+    spec = importlib.util.spec_from_file_location("summarise", ROOT / "results" / "probes" / "summarise.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _record(taus, lams, kind="bo", learn_noise=False):
+    return {"method": "bbb", "wall_time_s": 120.0,
+            "config": {"hydra_overrides": ["experiment=x", "method=bbb", "data=uci/yacht", "seed=3", "threads=1"],
+                       "spec": {"loglik": "joint", "hpo": {"kind": kind}, "method": {"learn_noise": learn_noise},
+                                "space": {"noise_prec": {"log_range": [-1.0, 0.0]},
+                                          "prior_prec": {"log_range": [-2.0, 2.0]}}}},
+            "hparams": [{"split": str(i), "noise_prec": math.exp(t), "prior_prec": math.exp(p)}
+                        for i, (t, p) in enumerate(zip(taus, lams))],
+            "summary": {"rmse": {"mean": 1.25, "stderr": 0.125, "n": 3},
+                        "loglik_joint": {"mean": -1.5, "stderr": 0.05, "n": 3}}}
+
+
+def test_a_probe_row_gives_the_metrics_the_changed_settings_and_the_box_edges(tmp_path, monkeypatch):
+    mod = _summarise()
+    monkeypatch.setattr(mod, "ROOT", tmp_path)       # no committed cell: only the probe's row
+    d = tmp_path / "probes" / "slang_table2" / "bbb_seed3" / "uci__yacht"
+    d.mkdir(parents=True)
+    (d / "record.json").write_text(json.dumps(_record([0.0, -0.5, 0.0], [-2.0, 1.0, 0.5])))
+    text = mod.summary(tmp_path / "probes")
+    assert "## slang_table2, bbb on uci/yacht" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `bbb_seed3`"))
+    assert "| seed=3 |" in row and "1.2500 ± 0.1250" in row and "-1.5000 ± 0.0500" in row
+    assert "log τ 0.00 [-0.50, 0.00] box [-1, 0], 2 on an edge" in row     # median, range, two at the top
+    assert "log λ 0.50 [-2.00, 1.00] box [-2, 2], 1 on an edge" in row
+    assert row.endswith("| 2.0 |")
+
+
+def test_a_learned_noise_is_not_read_as_a_chosen_tau(tmp_path, monkeypatch):
+    mod = _summarise()
+    monkeypatch.setattr(mod, "ROOT", tmp_path)
+    d = tmp_path / "probes" / "nng_table1" / "bbb_lr" / "uci__yacht"
+    d.mkdir(parents=True)
+    (d / "record.json").write_text(json.dumps(_record([0.0] * 3, [0.0] * 3, kind="fixed", learn_noise=True)))
+    row = next(line for line in mod.summary(tmp_path / "probes").splitlines() if line.startswith("| `bbb_lr`"))
+    assert "τ learned; log λ 0.00 [0.00, 0.00] (fixed)" in row and "box" not in row
