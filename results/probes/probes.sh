@@ -81,8 +81,17 @@ nng_bbb)                  # NNG Table 1, BBB (untuned): more epochs, a larger st
         run experiment=nng_table1 method=bbb data=uci/$d label=bbb_noise_lr0.01 method.noise_lr=0.01
     done
     ;;
+nng_bbb_lr)               # NNG Table 1, BBB: the smaller step size on every worse data set, and with it combined
+    for d in yacht energy; do
+        run experiment=nng_table1 method=bbb data=uci/$d label=bbb_lr0.001 method.lr=0.001
+        run experiment=nng_table1 method=bbb data=uci/$d label=bbb_lr0.003_noise_lr0.01 method.lr=0.003 method.noise_lr=0.01
+    done
+    run experiment=nng_table1 method=bbb data=uci/kin8nm label=bbb_lr0.003 method.lr=0.003
+    run experiment=nng_table1 method=bbb data=uci/power label=bbb_lr0.003 method.lr=0.003
+    run experiment=nng_table1 method=bbb data=uci/protein label=bbb_lr0.003 method.lr=0.003
+    ;;
 *)
-    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|slang_bbb_kin8nm_box|vadam_energy_bo|vadam_final|nng_bbb" >&2
+    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|slang_bbb_kin8nm_box|vadam_energy_bo|vadam_final|nng_bbb|nng_bbb_lr" >&2
     exit 2
     ;;
 esac
