@@ -148,8 +148,9 @@ def epoch_batches(data: ReplicaData, batch_size: int, generator: torch.Generator
     n_steps = math.ceil(n_max / batch_size)
     pos = torch.arange(n_steps * batch_size, device=keys.device)[None, :] % data.n_train[:, None]
     rows = perm.gather(1, pos)[data.data_index]   # the epoch's rows at once: fewer small ops per step
+    end = n_max if last_batch == "short" else n_steps * batch_size
     for k in range(n_steps):
-        yield rows[:, k * batch_size:min((k + 1) * batch_size, n_max if last_batch == "short" else n_steps * batch_size)]
+        yield rows[:, k * batch_size:min((k + 1) * batch_size, end)]
 
 
 def make_batch(data: ReplicaData, rows: torch.Tensor) -> Batch:

@@ -59,7 +59,7 @@ class RunSpec:
     active_learning: dict | None = None  # {"rounds": n, "acquire": "variance" | "random"} (bnnbench.active)
     conv: dict | None = None          # a convolutional network (model=vgg_*): {"arch", "fc", "batch_norm", "kernel"}
     augment: dict | None = None       # {"crop_pad": p, "flip": bool}: random crops and flips of the training images
-    last_batch: str | None = None     # "short": an epoch's last minibatch holds the N mod B rows left (engine.epoch_batches)
+    last_batch: str | None = None     # "short": an epoch's last minibatch holds the N mod B rows left (epoch_batches)
 
     def epochs_for(self, n_train_max: int) -> int:
         """The epochs of a run whose largest training set has ``n_train_max`` rows: ``epochs``, or with ``steps`` set
