@@ -15,6 +15,7 @@ run() {
         ${BNNBENCH:-bnnbench} run runs_root="$R" threads=1 progress=false "$@" || echo "probes.sh: FAILED: $*" >&2
     fi
 }
+e() { python3 -c "import math; print(math.exp($1))"; }   # a log-space value as the command line takes it
 mkdir -p "$R"
 S2=results/runs/slang_table2/bbb
 V1=results/runs/vadam_table1/vadam
@@ -41,8 +42,8 @@ slang_bbb_kin8nm_box)     # SLANG Table 2, BBB on kin8nm: the final training at 
     for lt in 4.8 4.5; do
         for lp in -2 -4; do
             run experiment=slang_table2 method=bbb data=uci/kin8nm label=bbb_fixed_t${lt}_l${lp} hpo=fixed \
-                hparams.noise_prec=$(python3 -c "import math; print(math.exp($lt))") \
-                hparams.prior_prec=$(python3 -c "import math; print(math.exp($lp))")
+                hparams.noise_prec=$(e $lt) \
+                hparams.prior_prec=$(e $lp)
         done
     done
     run experiment=slang_table2 method=bbb data=uci/kin8nm label=bbb_final_2x_epochs hpo=recorded \
@@ -58,15 +59,15 @@ vadam_energy_bo)          # Vadam Table 1, Vadam on energy: the BO's seed (which
 vadam_final)              # Vadam Table 1: energy at the high-tau mode on every split; kin8nm's prior beyond the box
     for lp in 2.5 3.0 3.5 4.0; do
         run experiment=vadam_table1 method=vadam data=uci/energy label=vadam_fixed_t5_l$lp hpo=fixed \
-            hparams.noise_prec=$(python3 -c "import math; print(math.exp(5))") hparams.prior_prec=$(python3 -c "import math; print(math.exp($lp))")
+            hparams.noise_prec=$(e 5) hparams.prior_prec=$(e $lp)
     done
     for lp in 4 5 6 7; do
         run experiment=vadam_table1 method=vadam data=uci/kin8nm label=vadam_fixed_t2.2_l$lp hpo=fixed \
-            hparams.noise_prec=$(python3 -c "import math; print(math.exp(2.2))") hparams.prior_prec=$(python3 -c "import math; print(math.exp($lp))")
+            hparams.noise_prec=$(e 2.2) hparams.prior_prec=$(e $lp)
     done
     for lt in 2.6 3.0 3.5; do
         run experiment=vadam_table1 method=vadam data=uci/kin8nm label=vadam_fixed_t${lt}_l4 hpo=fixed \
-            hparams.noise_prec=$(python3 -c "import math; print(math.exp($lt))") hparams.prior_prec=$(python3 -c "import math; print(math.exp(4))")
+            hparams.noise_prec=$(e $lt) hparams.prior_prec=$(e 4)
     done
     run experiment=vadam_table1 method=vadam data=uci/kin8nm label=vadam_final_2x_epochs hpo=recorded hpo.record=$V1/uci__kin8nm \
         protocol.epochs=80
