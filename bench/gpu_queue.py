@@ -159,15 +159,15 @@ QUEUE: list[Entry] = [
     _slang(32),
     Entry(
         name="gi_mnist500",
-        what="Global inducing points App. F (Fig. 7): the cells of gi_mnist500 without a record (9 of 16 after the "
-             "first lease), four processes sharing the GPU and the experiment's cells",
+        what="Global inducing points App. F (Fig. 7): the cells of gi_mnist500 without a record (all 16 ran in three "
+             "leases, 2026-11-26), four processes sharing the GPU and the experiment's cells",
         argv=("bnnbench", "reproduce", "gi_mnist500", "device=cuda", "threads=3", "progress=false"),
         tiny=("bnnbench", "reproduce", "gi_mnist500", "--label", "fac_scale", "device=cpu", "threads=1",
               "progress=false", "protocol=gi_mnist500_short", "protocol.epochs=2", "protocol.eval_every=1",
               "protocol.subset.train=50", "protocol.subset.test=50", "protocol.eval_samples=2"),
         protocol="gi_mnist500", tiny_protocol="gi_mnist500_short", procs=GI_PROCS,
         cpu="about 35 h",
-        cpu_cost="about 35 h for the 9 cells on one thread (1000 full-batch steps each: fac 1.8, li 23.0, fac_gi "
+        cpu_cost="about 35 h for 9 cells on one thread (1000 full-batch steps each: fac 1.8, li 23.0, fac_gi "
                  "6.3, gi 15.8 s a step; evaluations not counted)",
         cpu_measured="python bench/gi_step_ratios.py --rounds 3 --steps 2 --threads 1 (2026-11-25, code of ce6623a; "
                      "results/README.md Speed)",

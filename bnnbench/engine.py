@@ -266,7 +266,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
         state, start, steps, elapsed = ck["state"], ck["epoch"], ck["steps"], ck["elapsed"]
         history = History(ck["history"]["epochs"], ck["history"]["metrics"])
         diverged = ck["diverged"]
-        generator.set_state(ck["generator"])
+        generator.set_state(ck["generator"].cpu())   # map_location moved it; a generator's state is a CPU tensor
     t0 = time.perf_counter() - elapsed
     bar = tqdm(range(start, epochs), desc=desc or method.name, disable=None if progress else True, leave=False,
                initial=start, total=epochs)

@@ -3,6 +3,8 @@
 Convergence: for each data set of an experiment and each metric (the experiment's ``figure.metrics``,
 default RMSE and joint test LL), the mean over splits and a band of one standard error
 (std(ddof=0)/sqrt(n)) against epochs, one line per method (``figure.methods``, else the table's).
+``figure.columns: setting`` gives each setting of the methods (e.g. a prior) its own column, one line per paper
+method in the same colour in every column (Ober & Aitchison's Fig. 7); ``figure.ylim`` fixes a metric's axis range.
 
 Covariance (SLANG Figure 1, ``figure.covariance``): for the first split of one data set, the
 off-diagonal covariance of the Full-Gaussian Exact posterior beside that of each low-rank method
@@ -47,36 +49,55 @@ def convergence_figure(spec: dict, runs_root: Path, out: Path, metrics=None) -> 
     names = {**_method_names(spec), **(fig_spec.get("labels") or {})}
     labels = {**{k: v.get("label", k) for k, v in spec.get("metrics", {}).items()},
               **(fig_spec.get("metric_labels") or {})}
-    fig, axes = plt.subplots(len(metrics), len(datasets), figsize=(max(2.6 * len(datasets), 4.2), 2.3 * len(metrics)),
+    by_setting = fig_spec.get("columns") == "setting"
+    if by_setting:   # columns (data set, setting); a line per paper method, one colour each across the columns
+        settings = list(dict.fromkeys(spec["methods"][m].get("setting", "") for m in methods))
+        columns = [(ds, st) for ds in datasets for st in settings]
+        families = list(dict.fromkeys(spec["methods"][m].get("paper_method", m) for m in methods))
+        colour = {f: f"C{k % 10}" for k, f in enumerate(families)}
+    else:
+        columns = [(ds, None) for ds in datasets]
+    fig, axes = plt.subplots(len(metrics), len(columns), figsize=(max(2.6 * len(columns), 4.2), 2.3 * len(metrics)),
                              squeeze=False)
     drawn, legend_ax = 0, None
-    for j, ds in enumerate(datasets):
+    for j, (ds, setting) in enumerate(columns):
         for m in methods:
+            if by_setting and spec["methods"][m].get("setting", "") != setting:
+                continue
             h = load_history(run_dir(runs_root, spec["name"], m, ds))
             if h is None:
                 continue
             ep = np.asarray(h["epochs"])
+            family = spec["methods"][m].get("paper_method", m)
+            style = {"label": family, "color": colour[family]} if by_setting else {"label": names.get(m, m)}
             for i, key in enumerate(metrics):
                 v = np.array([e[key] for e in h["metrics"]])  # [evals, splits]
                 mean, se = v.mean(1), v.std(1) / np.sqrt(v.shape[1])
                 ax = axes[i, j]
-                ax.plot(ep, mean, label=names.get(m, m))
-                ax.fill_between(ep, mean - se, mean + se, alpha=0.25)
+                ax.plot(ep, mean, **style)
+                ax.fill_between(ep, mean - se, mean + se, alpha=0.25, color=style.get("color"))
                 drawn += 1
                 legend_ax = legend_ax or ax
-        axes[0, j].set_title(ds.split("/")[-1])
+        title = ds.split("/")[-1]
+        axes[0, j].set_title(f"{title}, {setting}" if by_setting and setting else title, fontsize=9)
         axes[-1, j].set_xlabel("epoch")
     for i, key in enumerate(metrics):
         axes[i, 0].set_ylabel(labels.get(key, key))
-        if key in (fig_spec.get("log_metrics") or []):   # e.g. an ELBO whose early values span decades
-            for ax in axes[i]:
+        for ax in axes[i]:
+            if key in (fig_spec.get("log_metrics") or []):   # e.g. an ELBO whose early values span decades
                 ax.set_yscale("symlog", linthresh=1.0)
+            if key in (fig_spec.get("ylim") or {}):
+                ax.set_ylim(*fig_spec["ylim"][key])
     if not drawn:
         plt.close(fig)
         return None
-    legend_ax.legend(fontsize=7)
+    if by_setting:   # one legend for the figure: every column has the same families
+        handles = [plt.Line2D([], [], color=colour[f], label=f) for f in families]
+        fig.legend(handles=handles, loc="lower center", ncol=len(families), fontsize=8, frameon=False)
+    else:
+        legend_ax.legend(fontsize=7)
     fig.suptitle(f"{spec['name']}: metrics during training (mean +- se over splits)", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05, 1, 1) if by_setting else None)
     return _save(fig, out)
 
 

@@ -16,6 +16,7 @@ from bnnbench.methods import METHODS, Batch, slice_state
 from bnnbench.models import MLP
 
 from datapaths import MIRROR
+from interrupts import ctrl_c_at_evaluation
 from test_replica import CASES, DT, SOLVED, _problem, _slice_noise, method_cfg
 
 DEVICE = torch.device(os.environ.get("BNNBENCH_TEST_DEVICE", "cuda"))
@@ -176,3 +177,25 @@ def test_conv_step_on_the_device_equals_the_step_on_the_cpu(name):
         on_dev, stats_dev = method.step(_to(state, DEVICE), _to(batch, DEVICE), _to(noise, DEVICE))
         _assert_same_step(name, new, stats, on_dev, stats_dev)
         state = new
+
+
+@pytest.mark.skipif(not (MIRROR / "MANIFEST.md").is_file(), reason="needs the data mirror")
+def test_an_interrupted_run_resumes_on_the_device_to_the_same_numbers(tmp_path, capsys, monkeypatch, module_env):
+    """The checkpoint is loaded onto the device (``map_location``) but the generator's state must stay a CPU tensor:
+    a run interrupted after its epoch-2 checkpoint resumes there and ends where the uninterrupted run ends (the App. F
+    lease of 2026-11-26 met ``RNG state must be a torch.ByteTensor`` here)."""
+    from bnnbench import results
+    from bnnbench.cli import main
+    ov = ["method=bbb", "data=uci/yacht", "protocol.splits=[0,1]", "protocol.epochs=4", "protocol.eval_every=1",
+          "checkpoint_every=2", "progress=false", f"device={DEVICE.type}"]
+    restore = ctrl_c_at_evaluation(monkeypatch, 3)   # epoch 3, after the epoch-2 checkpoint
+    assert main(["run", *ov, f"runs_root={tmp_path / 'resumed'}"]) == 130
+    restore()
+    assert main(["run", *ov, f"runs_root={tmp_path / 'resumed'}"]) == 0
+    assert "resuming from epoch 2" in capsys.readouterr().out
+    assert main(["run", *ov, f"runs_root={tmp_path / 'whole'}"]) == 0
+    summary = {}
+    for root in ("resumed", "whole"):
+        d = results.run_dir(tmp_path / root, None, "bbb", "uci/yacht")
+        summary[root] = json.loads((d / "record.json").read_text())["summary"]
+    assert summary["resumed"] == summary["whole"]

@@ -30,3 +30,32 @@ def test_final_values_are_the_records_means_and_standard_errors(tmp_path):
 
 def test_no_records_no_table(tmp_path):
     assert final_values_table(SPEC, tmp_path, tmp_path / "t.md") is None and not (tmp_path / "t.md").exists()
+
+
+def test_a_column_per_setting_draws_each_family_in_one_colour(tmp_path, monkeypatch):
+    """``figure.columns: setting`` (App. F's Fig. 7: a column per prior): each setting's runs in its own column, each
+    line the mean over splits of the recorded history, a paper method in the same colour in every column."""
+    import bnnbench.plots as plots
+    spec = {"name": "toyexp", "datasets": ["mnist"],
+            "methods": {f"{f}_{p}": {"paper_method": f.upper(), "setting": p}
+                        for p in ("p1", "p2") for f in ("a", "b")},
+            "figure": {"metrics": ["accuracy"], "columns": "setting", "ylim": {"accuracy": [0, 1]}}}
+    curves = {}
+    for k, m in enumerate(spec["methods"]):
+        acc = np.arange(6).reshape(3, 2) / 10 + k / 100   # [evaluations, splits]
+        curves[m] = acc.mean(1)
+        write_record(run_dir(tmp_path, "toyexp", m, "mnist"), {"status": "ok", "metrics": []},
+                     history={"epochs": [1, 2, 3], "metrics": [{"accuracy": list(r)} for r in acc]})
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out: figs.append(fig) or out)
+    plots.convergence_figure(spec, tmp_path, tmp_path / "f.png")
+    axes = figs[0].axes
+    assert [ax.get_title() for ax in axes] == ["mnist, p1", "mnist, p2"]
+    colours = {}
+    for ax, p in zip(axes, ("p1", "p2")):
+        assert ax.get_ylim() == (0, 1)
+        for line in ax.get_lines():
+            family = line.get_label()
+            assert np.allclose(line.get_ydata(), curves[f"{family.lower()}_{p}"])
+            assert colours.setdefault(family, line.get_color()) == line.get_color()
+    assert sorted(colours) == ["A", "B"] and len(set(colours.values())) == 2

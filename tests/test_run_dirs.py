@@ -10,6 +10,7 @@ from bnnbench.cli import main
 from bnnbench.config import ConfigError, compose
 
 from datapaths import MIRROR
+from interrupts import ctrl_c_at_evaluation
 
 needs_mirror = pytest.mark.skipif(not (MIRROR / "MANIFEST.md").is_file(), reason="needs the data mirror")
 TINY = ["method=bbb", "data=uci/yacht", "protocol.epochs=2", "protocol.splits=[0,1]", "progress=false"]
@@ -84,22 +85,13 @@ def test_an_unwritable_results_directory_is_one_clear_line(tmp_path, capsys):
 
 @needs_mirror
 def test_ctrl_c_says_where_the_checkpoint_is_and_the_same_command_resumes(tmp_path, capsys, monkeypatch):
-    import bnnbench.engine as engine
     ov = [*TINY, "protocol.epochs=4", "checkpoint_every=2", f"runs_root={tmp_path}"]
-    real, calls = engine.evaluate, {"n": 0}
-
-    def interrupted(*a, **k):  # Ctrl-C in epoch 3, after the epoch-2 checkpoint
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(engine, "evaluate", interrupted)
+    restore = ctrl_c_at_evaluation(monkeypatch, 3)   # epoch 3, after the epoch-2 checkpoint
     assert main(["run", *ov, "protocol.eval_every=1"]) == 130
     err = capsys.readouterr().err
     assert "interrupted: resume state kept in" in err and "the same command resumes it" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    monkeypatch.setattr(engine, "evaluate", real)
+    restore()
     assert main(["run", *ov, "protocol.eval_every=1"]) == 0
     out = capsys.readouterr().out
     assert "resuming from epoch 2 of the final training" in out
