@@ -68,14 +68,17 @@ def convergence_figure(spec: dict, runs_root: Path, out: Path, metrics=None) -> 
             if h is None:
                 continue
             ep = np.asarray(h["epochs"])
-            family = spec["methods"][m].get("paper_method", m)
-            style = {"label": family, "color": colour[family]} if by_setting else {"label": names.get(m, m)}
+            if by_setting:
+                family = spec["methods"][m].get("paper_method", m)
+                style = {"label": family, "color": colour[family]}
+            else:   # figure.methods may name runs outside the table (Vadam's Vprop)
+                style = {"label": names.get(m, m)}
             for i, key in enumerate(metrics):
                 v = np.array([e[key] for e in h["metrics"]])  # [evals, splits]
                 mean, se = v.mean(1), v.std(1) / np.sqrt(v.shape[1])
                 ax = axes[i, j]
-                ax.plot(ep, mean, **style)
-                ax.fill_between(ep, mean - se, mean + se, alpha=0.25, color=style.get("color"))
+                line, = ax.plot(ep, mean, **style)
+                ax.fill_between(ep, mean - se, mean + se, alpha=0.25, color=line.get_color())
                 drawn += 1
                 legend_ax = legend_ax or ax
         title = ds.split("/")[-1]

@@ -1,6 +1,7 @@
 """The final-values table of a figure-only experiment (``figure.final_table``): every number is the mean (and standard
 error) over the record's splits of the metric it names; -ELBO/N is the negated recorded ELBO; missing runs say so."""
 
+import matplotlib.colors
 import numpy as np
 
 from bnnbench.plots import final_values_table
@@ -59,3 +60,21 @@ def test_a_column_per_setting_draws_each_family_in_one_colour(tmp_path, monkeypa
             assert np.allclose(line.get_ydata(), curves[f"{family.lower()}_{p}"])
             assert colours.setdefault(family, line.get_color()) == line.get_color()
     assert sorted(colours) == ["A", "B"] and len(set(colours.values())) == 2
+
+
+def test_a_figure_may_draw_runs_outside_the_table(tmp_path, monkeypatch):
+    """``figure.methods`` may name a run the table does not list (Vadam's Figure 3 draws Vprop): it is drawn under its
+    label, its band in its line's colour."""
+    import bnnbench.plots as plots
+    spec = {**SPEC, "figure": {"metrics": ["accuracy"], "methods": ["a", "extra"], "labels": {"extra": "Extra"}}}
+    for m in ("a", "extra"):
+        write_record(run_dir(tmp_path, "toyexp", m, "uci/yacht"), {"status": "ok", "metrics": []},
+                     history={"epochs": [1, 2], "metrics": [{"accuracy": [0.1, 0.3]}, {"accuracy": [0.5, 0.7]}]})
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out: figs.append(fig) or out)
+    plots.convergence_figure(spec, tmp_path, tmp_path / "f.png")
+    (ax,) = figs[0].axes
+    assert [line.get_label() for line in ax.get_lines()] == ["A", "Extra"]
+    assert [tuple(c.get_facecolor()[0][:3]) for c in ax.collections] == [
+        matplotlib.colors.to_rgb(line.get_color()) for line in ax.get_lines()]
+    assert np.allclose(ax.get_lines()[1].get_ydata(), [0.2, 0.6])
