@@ -53,10 +53,13 @@ def convergence_figure(spec: dict, runs_root: Path, out: Path, metrics=None) -> 
     if by_setting:   # columns (data set, setting); a line per paper method, one colour each across the columns
         settings = list(dict.fromkeys(spec["methods"][m].get("setting", "") for m in methods))
         columns = [(ds, st) for ds in datasets for st in settings]
-        families = list(dict.fromkeys(spec["methods"][m].get("paper_method", m) for m in methods))
+        family = {m: spec["methods"][m].get("paper_method", m) for m in methods}
+        families = list(dict.fromkeys(family.values()))
         colour = {f: f"C{k % 10}" for k, f in enumerate(families)}
-    else:
+        style = {m: {"label": family[m], "color": colour[family[m]]} for m in methods}
+    else:   # figure.methods may name runs outside the table (Vadam's Vprop)
         columns = [(ds, None) for ds in datasets]
+        style = {m: {"label": names.get(m, m)} for m in methods}
     fig, axes = plt.subplots(len(metrics), len(columns), figsize=(max(2.6 * len(columns), 4.2), 2.3 * len(metrics)),
                              squeeze=False)
     drawn, legend_ax = 0, None
@@ -68,16 +71,11 @@ def convergence_figure(spec: dict, runs_root: Path, out: Path, metrics=None) -> 
             if h is None:
                 continue
             ep = np.asarray(h["epochs"])
-            if by_setting:
-                family = spec["methods"][m].get("paper_method", m)
-                style = {"label": family, "color": colour[family]}
-            else:   # figure.methods may name runs outside the table (Vadam's Vprop)
-                style = {"label": names.get(m, m)}
             for i, key in enumerate(metrics):
                 v = np.array([e[key] for e in h["metrics"]])  # [evals, splits]
                 mean, se = v.mean(1), v.std(1) / np.sqrt(v.shape[1])
                 ax = axes[i, j]
-                line, = ax.plot(ep, mean, **style)
+                line, = ax.plot(ep, mean, **style[m])
                 ax.fill_between(ep, mean - se, mean + se, alpha=0.25, color=line.get_color())
                 drawn += 1
                 legend_ax = legend_ax or ax
