@@ -9,6 +9,7 @@ EXPERIMENTS ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_
 TABLES ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_tableG slang_table3 uci_leaderboard   # MNIST's cells are GPU work (device=cuda) or, on a CPU, protocol=slang_mnist_50k
 JOBS   ?= 1
 ARGS   ?=
+PYTEST_ARGS ?=
 
 .PHONY: install test test-e2e test-slow test-all lint data reproduce-tables tables report bench gpu-queue regression clean
 
@@ -28,8 +29,8 @@ test-e2e:  ## end-to-end runs through the CLI, reproduce and worker processes
 test-slow:  ## long-running checks (the MNIST one is most of it)
 	$(PY) -m pytest -m slow
 
-test-all:  ## every test: fast, e2e and slow (what CI runs)
-	$(PY) -m pytest -m ""
+test-all:  ## every test: fast, e2e and slow (what CI runs; under CI=true a skip fails, except the CUDA tests)
+	$(PY) -m pytest -m "" $(PYTEST_ARGS)
 
 lint:  ## ruff check (rules in pyproject.toml)
 	$(VENV)/bin/ruff check .
@@ -61,8 +62,8 @@ bench:  ## performance benchmarks (ratios measured in one run)
 gpu-queue:  ## the cells only a GPU can run, most valuable first, each resumable (bench/gpu_queue.py): `make gpu-queue --dry-run` (or ARGS=--dry-run) lists them with CPU costs and expected GPU times; ARGS="--budget 600 --fill", "--only slang_L1", "--tiny" (tiny settings on a CPU)
 	+$(PY) bench/gpu_queue.py $(ARGS) $(if $(findstring n,$(firstword -$(MAKEFLAGS))),--dry-run)
 
-regression:  ## CI: re-run the fast cells at the paper protocol, fail if a reproduced cell moved
-	$(BNN) regression --results results --runs-root $${TMPDIR:-/tmp}/bnnbench-regression
+regression:  ## CI: re-run the short cells of the paper tables with their records' configurations; fail on any moved number
+	$(BNN) regression --results results --runs-root $${TMPDIR:-/tmp}/bnnbench-regression $(ARGS)
 
 clean:
 	rm -rf runs outputs multirun .pytest_cache

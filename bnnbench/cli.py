@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from bnnbench.config import cell_label, cell_overrides, check_choices, experiment_spec, list_names
+from bnnbench.regression_check import MAX_CELL_S
 
 RESULTS = Path("results")       # the committed report, relative to the working directory (a checkout)
 RECORDS = str(RESULTS / "runs")  # the run records that results/tables and results/figures are rendered from
@@ -305,9 +306,18 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--out", default=str(RESULTS / "site"))
     cm = sub.add_parser("check-method", help="the suite's contract checks on a method (yours too) on a tiny problem")
     cm.add_argument("name")
-    g = sub.add_parser("regression", help="re-run the fast subset of the tables and fail on a regressed cell")
+    g = sub.add_parser("regression", help="re-run the short cells of the paper tables and fail on any moved number")
     g.add_argument("--results", default=str(RESULTS))
     g.add_argument("--runs-root", default="runs/regression")
+    g.add_argument("--only", nargs="*", default=[], metavar="EXP[/LABEL[/DATA]]",
+                   help="only these cells (an experiment, a column of it, or one cell: nng_table4/pbp/uci/yacht)")
+    g.add_argument("--max-cell-s", type=float, default=MAX_CELL_S,
+                   help="re-run a cell outside its experiment's own subset when its record says the re-run takes "
+                        "at most this many seconds (default %(default)s)")
+    g.add_argument("--list", action="store_true", help="list the cells it would re-run, with their cost; run nothing")
+    g.add_argument("--rerecord", action="store_true",
+                   help="write the re-runs' numbers into the committed records where they moved (a deliberate change)")
+    g.add_argument("--reason", help="with --rerecord: why the numbers move (stored in each re-recorded record)")
     args, extra = p.parse_known_args(argv)
     if args.cmd == "reproduce":  # overrides may also follow the options
         args.overrides += [a for a in extra if not a.startswith("-")]

@@ -1,0 +1,125 @@
+"""The regression check compares numbers: a re-run cell must repeat its record's means and standard errors exactly,
+and the rebuilt table its committed ``ours``, ``ours_se`` and verdicts; a moved number fails it, named with its cell."""
+
+import json
+import shutil
+from argparse import Namespace
+
+import pandas as pd
+import pytest
+
+from bnnbench.regression_check import Moved, record_moves, rerun_cost, table_moves
+
+from datapaths import MIRROR, REPO
+
+
+def _record(mean, se, splits=(1.0, 2.0)):
+    return {"summary": {"rmse": {"mean": mean, "stderr": se, "n": len(splits)}},
+            "metrics": [{"split": str(i), "rmse": v} for i, v in enumerate(splits)]}
+
+
+def test_record_moves_lists_each_moved_number_with_its_cell():
+    assert record_moves("t", "bbb on uci/yacht", _record(1.5, 0.5), _record(1.5, 0.5)) == []
+    moved = record_moves("t", "bbb on uci/yacht", _record(1.5, 0.5), _record(1.5 + 1e-12, 0.5, (1.0, 2.0 + 2e-12)))
+    assert Moved("t", "bbb on uci/yacht", "rmse.mean", 1.5, 1.5 + 1e-12) in moved
+    assert Moved("t", "bbb on uci/yacht", "split 1 rmse", 2.0, 2.0 + 2e-12) in moved
+    assert not any(m.what == "rmse.stderr" for m in moved)
+    assert "rmse.mean recorded 1.5, now 1.500000000001" in str(moved[0])
+    # a tolerance only where one is stated
+    assert record_moves("t", "c", _record(1.5, 0.5), _record(1.5 * (1 + 1e-9), 0.5), rtol=1e-8) == []
+    # a metric the re-run no longer has counts as moved
+    assert record_moves("t", "c", _record(1.5, 0.5), {"summary": {}, "metrics": []})[0].what == "rmse.mean"
+
+
+def _table(ours, se, verdict):
+    return pd.DataFrame([{"dataset": "yacht", "method": "BBB", "setting": "", "metric": "test_rmse",
+                          "ours": ours, "ours_se": se, "verdict": verdict, "paper": 1.0}])
+
+
+def test_table_moves_checks_numbers_and_verdicts():
+    assert table_moves("t", _table(1.0, 0.1, "reproduced"), _table(1.0, 0.1, "reproduced")) == []
+    moved = table_moves("t", _table(1.0, 0.1, "reproduced"), _table(1.0, 0.1 + 1e-15, "reproduced"))
+    assert [m.what for m in moved] == ["table ours_se"]
+    moved = table_moves("t", _table(1.0, 0.1, "worse"), _table(3.0, 0.1, "better"))
+    assert {m.what for m in moved} == {"table ours", "verdict worse -> better"}
+    assert table_moves("t", _table(float("nan"), float("nan"), "not_run"),
+                       _table(float("nan"), float("nan"), "not_run")) == []
+    gone = table_moves("t", _table(1.0, 0.1, "reproduced"), _table(1.0, 0.1, "reproduced").iloc[:0])
+    assert gone[0].what.startswith("table cell (missing")
+
+
+def test_rerun_cost_is_the_final_training_of_a_searched_cell():
+    searched = {"config": {"spec": {"hpo": {"kind": "bo"}}}, "train_time_s": 3.0, "wall_time_s": 900.0}
+    fixed = {"config": {"spec": {"hpo": {"kind": "fixed"}}}, "train_time_s": 3.0, "wall_time_s": 4.0}
+    resumed = {"config": {"spec": {"hpo": {"kind": "fixed"}}}, "train_time_s": 390.0, "wall_time_s": 14.0}
+    assert rerun_cost(searched) == 3.0 and rerun_cost(fixed) == 4.0 and rerun_cost(resumed) == 390.0
+
+
+@pytest.fixture
+def results_copy(tmp_path, module_env):
+    """A copy of the committed NNG Table 4 records and table (PBP re-runs in seconds; HMC's record stands in)."""
+    res = tmp_path / "results"
+    (res / "tables").mkdir(parents=True)
+    shutil.copy(REPO / "results" / "tables" / "nng_table4.csv", res / "tables")
+    shutil.copytree(REPO / "results" / "runs" / "nng_table4", res / "runs" / "nng_table4")
+    return res
+
+
+def _args(res, tmp_path, **kw):
+    return Namespace(**{"results": str(res), "runs_root": str(tmp_path / "rerun"), "only": ["nng_table4/pbp/uci/yacht"],
+                        "max_cell_s": 0.0, "rerecord": False, "reason": None, **kw})
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="needs the data mirror")
+def test_a_perturbed_record_fails_the_check_naming_the_number(results_copy, tmp_path, capsys):
+    from bnnbench.regression_check import main
+    assert main(_args(results_copy, tmp_path)) == 0
+    assert "1 re-run cell(s) repeat their records' numbers exactly" in capsys.readouterr().out
+
+    path = results_copy / "runs" / "nng_table4" / "pbp" / "uci__yacht" / "record.json"
+    rec = json.loads(path.read_text())
+    true_mean = rec["summary"]["rmse"]["mean"]
+    rec["summary"]["rmse"]["mean"] = true_mean * (1 + 1e-12)
+    path.write_text(json.dumps(rec))
+    assert main(_args(results_copy, tmp_path)) == 1
+    out = capsys.readouterr().out
+    assert f"nng_table4 pbp on uci/yacht: rmse.mean recorded {true_mean * (1 + 1e-12)!r}, now {true_mean!r}" in out
+
+    # a deliberate change: re-recording writes the re-run's numbers back, with the reason, and the check passes
+    assert main(_args(results_copy, tmp_path, rerecord=True, reason="a test")) == 0
+    rec = json.loads(path.read_text())
+    assert rec["summary"]["rmse"]["mean"] == true_mean
+    assert rec["rerecorded"][-1]["reason"] == "a test" and rec["rerecorded"][-1]["rerun"] == "whole run"
+    assert main(_args(results_copy, tmp_path)) == 0
+
+
+def test_rerecord_needs_a_reason(tmp_path, capsys):
+    from bnnbench.regression_check import main
+    assert main(Namespace(results=str(tmp_path), runs_root=str(tmp_path), only=[], max_cell_s=0.0, rerecord=True,
+                          reason=None)) == 2
+    assert "--reason" in capsys.readouterr().out
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="needs the data mirror")
+@pytest.mark.parametrize("method,search", [("slang", ["hpo.n_random=2", "hpo.n_iter=1", "hpo.gp_restarts=2"]),
+                                           ("bbb", ["hpo.n_random=2", "hpo.n_iter=1", "hpo.gp_restarts=2"]),
+                                           ("mc_dropout", [])])
+def test_a_searched_runs_final_training_repeats_with_its_recorded_hyper_parameters(method, search, tmp_path,
+                                                                                     module_env):
+    """What the check relies on: the final training after a search draws nothing from the search's stream, so
+    re-running it with the hyper-parameters the record holds (``hpo=recorded``) gives the record's numbers."""
+    from bnnbench.config import cell_overrides, cells_in, compose
+    from bnnbench.execute import execute
+    from bnnbench.results import run_dir
+    cell, = cells_in("slang_table2", method, "uci__yacht")
+    base = [*cell_overrides("slang_table2", cell, REPO / "results" / "runs"), "protocol.epochs=2", "threads=1",
+            "progress=false", "protocol.splits=[0,1,2]"]
+    full_ov = [*base, *search, f"runs_root={tmp_path / 'full'}"]
+    full = execute(compose(full_ov), full_ov, run_dir(tmp_path / "full", "slang_table2", method, "uci/yacht"))
+    assert full["hpo_trace"], "the search ran"
+    rec_ov = [*base, "hpo=recorded", f"hpo.record={run_dir(tmp_path / 'full', 'slang_table2', method, 'uci/yacht')}",
+              f"runs_root={tmp_path / 'rec'}"]
+    rerun = execute(compose(rec_ov), rec_ov, run_dir(tmp_path / "rec", "slang_table2", method, "uci/yacht"))
+    assert rerun["metrics"] == full["metrics"] and rerun["summary"] == full["summary"]
