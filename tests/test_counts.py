@@ -67,6 +67,18 @@ def test_committed_table_files_carry_the_count_line_of_their_csv():
             assert f"% {line}\n" in tex.read_text(encoding="utf-8"), name
 
 
+def test_the_readmes_generated_counts_are_what_the_tables_give():
+    """The text between the counts markers of README.md and results/README.md is ``summary_markdown`` of the
+    committed CSVs: typed counts cannot drift (``make tables`` rewrites it)."""
+    for readme in (NOTES, REPO / "README.md"):
+        text = readme.read_text(encoding="utf-8")
+        assert text.count(BEGIN) == 1 and text.count(END) == 1, readme
+    assert stale_summaries(TABLES) == [], "run `make tables` (or bnnbench table ...) to regenerate the counts"
+    for stale in ("reproduced or better", "of 48 reproduced", "k / n cells"):
+        assert stale not in (REPO / "README.md").read_text(encoding="utf-8")
+        assert stale not in NOTES.read_text(encoding="utf-8")
+
+
 def test_update_summaries_rewrites_only_between_the_markers(tmp_path):
     tables = tmp_path / "results" / "tables"
     tables.mkdir(parents=True)
