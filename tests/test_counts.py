@@ -2,10 +2,13 @@
 the generated summaries of README.md and results/README.md, each table's count line, and the list of cells better
 than the paper by |z| > 4 in results/README.md's misses. Fast: no training, no records."""
 
+import math
+import re
 
 import pandas as pd
+import pytest
 
-from bnnbench.counts import (BEGIN, END, FAR_Z, count_line, far_better, method_line, stale_summaries,
+from bnnbench.counts import (BEGIN, END, FAR_Z, cell_key, count_line, far_better, method_line, stale_summaries,
                              summary_markdown, table_frames, tally, update_summaries)
 from bnnbench.render import render_latex, render_markdown
 from datapaths import REPO
@@ -95,6 +98,30 @@ def test_update_summaries_rewrites_only_between_the_markers(tmp_path):
     assert (tmp_path / "README.md").read_text(encoding="utf-8") == "no markers\n"
     assert update_summaries(tables) == []                                     # nothing left to change
     assert "| [slang_table2](results/tables/slang_table2.md)" in summary_markdown(tables, "results/tables")
+
+
+def _far_better_section() -> str:
+    text = NOTES.read_text(encoding="utf-8")
+    start = text.index("### Better than the paper by |z| > 4")
+    return text[start:text.index("\n## ", start)]
+
+
+def test_every_cell_better_by_more_than_four_z_is_explained_in_the_misses():
+    """Each cell of the committed tables better than the paper by |z| > 4 has a line in results/README.md's misses,
+    named ``experiment / data set / method (setting) / metric``, with the table's z; no line names another cell."""
+    want = {cell_key(name, r): float(r["z"]) for name, _, df in _committed() for _, r in far_better(df).iterrows()}
+    assert want, "no cell better by |z| > 4: drop this section"
+    named = {}
+    for line in _far_better_section().splitlines():
+        m = re.match(r"\s+- `([^`]+)`: .*z = (-?[0-9.]+)\.$", line.replace("\u2212", "-"))
+        if m:
+            assert m.group(1) not in named, f"named twice: {m.group(1)}"
+            named[m.group(1)] = float(m.group(2))
+    assert sorted(set(want) - set(named)) == [], "better by |z| > 4 but not in results/README.md's misses"
+    assert sorted(set(named) - set(want)) == [], "named in the misses but not better by |z| > 4 in the tables"
+    for key, z in want.items():
+        assert named[key] == pytest.approx(round(z, 1), abs=0.051), key
+        assert math.isfinite(z) and abs(z) > FAR_Z
 
 
 def test_bnnbench_table_rewrites_the_counts_of_the_checkouts_readmes(tmp_path, monkeypatch):
