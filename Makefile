@@ -38,10 +38,10 @@ lint:  ## ruff check (rules in pyproject.toml)
 data:  ## fetch, verify and convert every data set (BNNBENCH_MIRROR=<dir> to copy from a mirror)
 	$(BNN) data fetch all
 
-reproduce-tables:  ## run every missing cell of the paper tables, then write results/tables/
+reproduce-tables:  ## run every missing cell of the paper tables, then write results/tables/ (and the READMEs' generated counts)
 	for e in $(EXPERIMENTS); do $(BNN) reproduce $$e progress=false --jobs $(JOBS) --runs-root $(RUNS) --out results/tables || exit 1; done
 
-tables:  ## re-render results/tables/ from the records in results/runs (no training)
+tables:  ## re-render results/tables/ from the records in results/runs (no training), and the generated counts of README.md and results/README.md
 	for e in $(TABLES); do $(BNN) table $$e --runs-root $(RUNS) --out results/tables || exit 1; done
 
 report:  ## the static site of the results, from the records: results/site/index.html (no server, no network)

@@ -174,17 +174,22 @@ def cmd_reproduce(args) -> int:
 
 
 def cmd_table(args) -> int:
+    from bnnbench.counts import count_line, update_summaries
     from bnnbench.tables import build_table, write_tables
     spec = experiment_spec(args.experiment)
     if spec.get("leaderboard"):
         from bnnbench.leaderboard import write_leaderboard
         paths = write_leaderboard(spec, Path(args.runs_root), Path(args.out))
         print(f"{args.experiment}: wrote " + ", ".join(str(p) for p in paths.values()))
-        return 0
-    df = build_table(spec, Path(args.runs_root))
-    paths = write_tables(df, spec, Path(args.out))
-    counts = df.groupby("verdict").size().to_dict()
-    print(f"{args.experiment}: {counts}; wrote " + ", ".join(str(p) for p in paths.values()))
+    else:
+        df = build_table(spec, Path(args.runs_root))
+        paths = write_tables(df, spec, Path(args.out))
+        print(f"{args.experiment}: {count_line(df)}; wrote " + ", ".join(str(p) for p in paths.values()))
+    # the committed report's tables: the generated counts of results/README.md and README.md (between their counts
+    # markers) follow them; tables written elsewhere (--out) leave the READMEs alone
+    if Path(args.out).resolve() == (RESULTS / "tables").resolve():
+        for p in update_summaries(Path(args.out), [RESULTS / "README.md", Path("README.md")]):
+            print(f"updated the counts in {p}")
     return 0
 
 

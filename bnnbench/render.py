@@ -1,7 +1,8 @@
 """Markdown and LaTeX renderings of a table (the frame of :func:`bnnbench.tables.build_table`).
 
 Markdown: title, conventions (error bars, verdict rule, metrics), the table,
-counts of reproduced cells per method, notes and the wall time of the runs;
+the count line (reproduced, and beside it better, worse, ...) and the
+counts per method, notes and the wall time of the runs;
 LaTeX: a booktabs tabular of the same cells.  Ours is printed with one more
 decimal than the paper prints.
 """
@@ -13,8 +14,9 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from bnnbench.counts import FAR_Z, count_line, method_line
 from bnnbench.reference import DEFAULT_HIGHER_IS_BETTER, KEYS
-from bnnbench.verdicts import GOOD, VERDICT_RULE, VERDICTS, as_decimal, decimal_places, is_missing, norm_keys
+from bnnbench.verdicts import VERDICT_RULE, as_decimal, decimal_places, is_missing, norm_keys
 
 __all__ = ["render_markdown", "render_latex", "total_wall_time"]
 
@@ -174,19 +176,13 @@ def _conventions(df: pd.DataFrame, spec: Mapping) -> list[str]:
     return lines
 
 
-def _counts(df: pd.DataFrame) -> tuple[str, list[str]]:
-    vc = df["verdict"].value_counts()
-    df = df[df["verdict"] != "unattributed"]   # no published value to be judged against: not in the k / n
-    parts = []
-    for method, setting in _ordered_unique(zip(df["method"], df["setting"])):
-        sub = df[(df["method"] == method) & (df["setting"] == setting)]
-        k = int(sub["verdict"].isin(GOOD).sum())
-        parts.append(f"{_method_label(method, setting)} {k} / {len(sub)}")
-    k_all = int(df["verdict"].isin(GOOD).sum())
-    breakdown = ", ".join(f"{v} {int(vc.get(v, 0))}" for v in VERDICTS)
-    line = ("reproduced or better: k / n cells per method: " + "; ".join(parts)
-            + f" (all: {k_all} / {len(df)}; {breakdown})")
-    return line, parts
+def _counts(df: pd.DataFrame) -> tuple[str, str]:
+    """The count line (``reproduced N of M; better B (|z| > 4: K); worse W; ...``) and the per-method line."""
+    return count_line(df), method_line(df)
+
+
+COUNT_NOTE = (f"Better is not counted as reproduced: a cell better than the paper by |z| > {FAR_Z:g} is a discrepancy, "
+              "explained with the misses in results/README.md. Judged: every published cell but the unattributed.")
 
 
 def render_markdown(df: pd.DataFrame, spec: Mapping, wall_time_s: float | None = None) -> str:
@@ -209,8 +205,11 @@ def render_markdown(df: pd.DataFrame, spec: Mapping, wall_time_s: float | None =
     else:
         out += _wide_rows(df, spec)
     out.append("")
-    line, _ = _counts(df)
-    out.append("**" + line + "**")
+    line, per_method = _counts(df)
+    out.append("**" + line + "**  ")
+    if per_method:
+        out.append(per_method + "  ")
+    out.append(COUNT_NOTE)
     out.append("")
     notes = spec.get("notes")
     if notes:
@@ -336,6 +335,8 @@ def render_latex(df: pd.DataFrame, spec: Mapping) -> str:
         lines.append(" & ".join(cells) + " \\\\")
     lines.append("\\bottomrule")
     lines.append("\\end{tabular}")
-    line, _ = _counts(df)
+    line, per_method = _counts(df)
     lines.append(f"% {_tex(line)}")
+    if per_method:
+        lines.append(f"% {_tex(per_method)}")
     return "\n".join(lines) + "\n"

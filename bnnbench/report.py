@@ -1,6 +1,7 @@
 """``bnnbench report``: a self-contained static site of the results (``results/site/``), rendered from the records.
 
-Pages: the front page (the leaderboard and the list of every table and figure); one page per paper table, its cells
+Pages: the front page (the leaderboard, every table with its count line and the count of all tables together, and
+every figure); one page per paper table, its count line (reproduced N of M first, then better, worse, ...), its cells
 coloured by verdict with the published number beside ours (the frame ``bnnbench table`` builds, recomputed from the
 records); one page per figure; one page per run (each table cell links to the run behind it): per-split metrics,
 the chosen hyper-parameters, the selection trace (best score so far per split, a plot), the convergence curves of
@@ -139,10 +140,9 @@ def _bullet_titles(readme: str) -> list[str]:
 
 def _notes_html(readme: str) -> str:
     """results/README.md as preformatted text, each ``* **title**`` bullet an anchor the table cells link to."""
-    import re
     out, i = [], 0
     for line in readme.splitlines():
-        if re.match(r"^\* \*\*(.+?)\*\*", line):
+        if line.startswith("* **"):   # as _bullet_titles counts them: a title may close on a later line
             out.append(f'<span id="note-{i}"></span>')
             i += 1
         out.append(_esc(line))
@@ -167,9 +167,15 @@ def _note_of(spec: dict, row: dict, misses: list[tuple[str, str]]) -> str | None
     return None
 
 
-def _table_page(site: Path, exp: str, spec: dict, df, runs_root: Path, misses: list[tuple[str, str]]) -> None:
+def _table_page(site: Path, exp: str, spec: dict, df, runs_root: Path, misses: list[tuple[str, str]]) -> dict:
+    """Write the table's page; returns its counts (:func:`bnnbench.counts.tally`)."""
+    from bnnbench.counts import count_line, method_line, tally
+    from bnnbench.render import COUNT_NOTE
     from bnnbench.results import run_dir
-    rows = ["<p>Generated from the run records by the code of <code>bnnbench table</code>. "
+    counts = tally(df)
+    line = count_line(counts)
+    rows = [f"<p class=counts><b>{_esc(line)}</b><br>{_esc(method_line(df))}<br>{_esc(COUNT_NOTE)}</p>",
+            "<p>Generated from the run records by the code of <code>bnnbench table</code>. "
             f"{_esc(spec.get('title', exp))}. Verdict rule, protocols, deviations and misses: "
             "<a href=\"../notes.html\">notes</a>.</p><table><tr><th class=l>data set</th><th class=l>metric</th>"
             "<th class=l>method</th><th>ours</th><th>paper</th><th>verdict</th><th class=l>run</th></tr>"]
@@ -191,6 +197,7 @@ def _table_page(site: Path, exp: str, spec: dict, df, runs_root: Path, misses: l
                     f"<td class=l>{link}</td></tr>")
     rows.append("</table>")
     _write(site / "tables" / f"{exp}.html", _page(spec.get("title", exp), "\n".join(rows), 1))
+    return counts
 
 
 def build_site(results: Path, out: Path) -> list[Path]:
@@ -217,10 +224,10 @@ def build_site(results: Path, out: Path) -> list[Path]:
                 front = html
             else:
                 _write(tmp / "tables" / f"{exp}.html", _page(spec.get("title", exp), html, 1))
-                tables.append((exp, spec.get("title", exp)))
+                tables.append((exp, spec.get("title", exp), None))
             continue
-        _table_page(tmp, exp, spec, build_table(spec, runs_root), runs_root, misses)
-        tables.append((exp, spec.get("title", exp)))
+        counts = _table_page(tmp, exp, spec, build_table(spec, runs_root), runs_root, misses)
+        tables.append((exp, spec.get("title", exp), counts))
     for rec_path in sorted(runs_root.glob("*/*/*/record.json")):
         rec = load_record(rec_path.parent)
         if rec is not None:
@@ -233,8 +240,16 @@ def build_site(results: Path, out: Path) -> list[Path]:
         figures.append(png.stem)
     notes = _notes_html(readme)
     _write(tmp / "notes.html", _page("Notes: protocols, deviations, misses (results/README.md)", notes, 0))
-    body = [front or "<p>No leaderboard records yet.</p>", "<h2>Paper tables</h2><ul>"]
-    body += [f"<li><a href=\"tables/{e}.html\">{_esc(t)}</a></li>" for e, t in tables]
+    body = [front or "<p>No leaderboard records yet.</p>", "<h2>Paper tables</h2>"]
+    from bnnbench.counts import FAR_Z, add_tallies, count_line
+    judged = [c for _, _, c in tables if c]
+    if judged:
+        body.append(f"<p><b>All tables: {_esc(count_line(add_tallies(judged), percent=True))}</b>. Reproduced is the "
+                    "headline: the cells better than the paper are beside it, not in it (a cell better by |z| &gt; "
+                    f"{FAR_Z:g} is a discrepancy, explained in the <a href=\"notes.html\">notes</a>).</p>")
+    body.append("<ul>")
+    body += [f"<li><a href=\"tables/{e}.html\">{_esc(t)}</a>" + (f": <b>{_esc(count_line(c))}</b>" if c else "")
+             + "</li>" for e, t, c in tables]
     body += ["</ul><h2>Figures</h2><ul>"] + [f"<li><a href=\"figures/{f}.html\">{_esc(f)}</a></li>" for f in figures]
     body.append("</ul>")
     _write(tmp / "index.html", _page("bnnbench results", "\n".join(body), 0))

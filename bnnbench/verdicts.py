@@ -42,6 +42,8 @@ __all__ = [
 VERDICTS = ("reproduced", "better", "worse", "inconclusive", "not_run", "unattributed")  # unattributed: the
 # published cell could not be read from the paper with confidence (its candidates are shown, no verdict is claimed);
 # inconclusive: within the error bars only because ours is several times the paper's (not counted as reproduced)
+# GOOD: the verdicts a cell must keep in CI's regression check (:func:`compare_verdicts`, bnnbench.regression_check).
+# Not a count: the headline of every count line is *reproduced* alone, better is beside it (``bnnbench.counts``).
 GOOD = ("reproduced", "better")
 
 Z_THRESHOLD = 2.0

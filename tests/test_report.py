@@ -53,13 +53,19 @@ def test_every_link_and_image_resolves(site):
         text = page.read_text()
         for ref in re.findall(r'(?:href|src)="([^"]+)"', text):
             assert not ref.startswith(("http:", "https:", "//")), (page, ref)   # nothing from the network
-            assert (page.parent / ref).resolve().exists(), (page, ref)
+            path, _, anchor = ref.partition("#")
+            assert (page.parent / path).resolve().exists(), (page, ref)
+            if anchor:   # a link to a note: the anchor is on the notes page
+                assert f'id="{anchor}"' in (page.parent / path).resolve().read_text(), (page, ref)
     table = (out / "tables" / "nng_table4.html").read_text()
     assert 'class="reproduced"' in table and "../runs/nng_table4/" in table and "notes.html" in table
+    assert "reproduced 16 of 24; better 8 (|z| &gt; 4: 1); worse 0" in table   # the count line, reproduced first
+    assert "notes.html#note-" in table   # the cell better by |z| > 4 links to the miss that explains it
     conv = (out / "tables" / "nng_mnist_conv.html").read_text()
     assert "Claims checked" in conv and "noisy K-FAC (NNG-MVG)" in conv
     index = (out / "index.html").read_text()
     assert "One leaderboard" in index and 'href="tables/nng_mnist_conv.html"' in index
+    assert "All tables: reproduced 16 of 24 (67%); better 8 (|z| &gt; 4: 1); worse 0" in index
 
 
 def _chromium(*args):
@@ -89,10 +95,12 @@ def test_pages_load_in_a_browser_without_errors_and_the_index_shows_its_table(si
 
 
 def test_a_cell_links_to_the_note_that_concerns_it():
-    from bnnbench.report import _misses, _note_of
+    from bnnbench.report import _misses, _note_of, _notes_html
     readme = ("x\n* **SLANG Table 2, BBB on yacht (RMSE and LL worse).** text\n"
               "* **SLANG Table 2 / Vadam Table 1, Dropout on\n  concrete (worse).** more\n")
     misses = _misses(readme)
+    # every bullet's anchor is on the notes page, a title over two lines too (it had none: later links were off by one)
+    assert [f'id="{a}"' in _notes_html(readme) for a, _ in misses] == [True, True]
     spec = {"paper": "slang", "table": "Table 2", "methods": {"bbb": {"paper_method": "BBB"},
                                                             "slang": {"paper_method": "SLANG"},
                                                             "mc_dropout": {"paper_method": "Dropout"}}}

@@ -297,7 +297,9 @@ def test_render_markdown(runs):
     assert "std(ddof=0)/sqrt(n)" in md            # error-bar convention
     assert "|z| \u2264 2" in md and "5%" in md      # verdict rule
     assert "`loglik_joint`" in md                   # LL convention
-    assert "reproduced or better: k / n cells per method: BBB 1 / 16; SLANG (L=1) 2 / 16" in md
+    # reproduced is the headline; SLANG's better cell is beside it, not in it (it was "SLANG (L=1) 2 / 16")
+    assert "**reproduced 2 of 32; better 1 (|z| > 4: 0); worse 1; not run 28**" in md
+    assert "Reproduced per method: BBB 1 of 16: worse 1, not run 14; SLANG (L=1) 1 of 16: better 1, not run 14." in md
     assert "NOTE-MARKER" in md
     assert "Total wall time of the runs behind this table: 42.5 s" in md
     assert "RMSE BBB ours" in md and "LL SLANG (L=1) paper" in md
