@@ -202,9 +202,10 @@ def test_rhat_and_ess_of_independent_and_of_shifted_chains():
     rng = np.random.default_rng(0)
     iid = rng.normal(size=(200, 4, 1000))               # 200 quantities x 4 chains x 1000 draws
     assert np.all(np.abs(mcmc.split_rhat(iid) - 1) < 0.01) and np.all(np.abs(mcmc.rhat(iid) - 1) < 0.01)
-    # the ESS of independent draws is their number: the estimate's spread over the 200 quantities brackets it
+    # the ESS of independent draws is their number, but for the small downward bias of Geyer's truncated sum (the
+    # positive noise autocorrelations it adds: -1.3 % here; tests/test_mcmc.py checks it against ArviZ's)
     ess = mcmc.ess(iid)
-    assert abs(ess.mean() - 4000) < 4 * ess.std() / math.sqrt(len(ess))
+    assert abs(ess.mean() / 4000 - 1) < 0.03, ess.mean()
     shifted = iid + np.arange(4)[:, None]              # chains at different means
     assert np.all(mcmc.rhat(shifted) > 1.5) and np.all(mcmc.split_rhat(shifted) > 1.5)
     # the rank-normalised (location) R-hat is invariant to monotone maps of the draws
@@ -269,6 +270,8 @@ def test_the_default_protocol_is_refused_in_one_line_and_hmc_uci_records_diagnos
     d = rec["diagnostics"]
     assert d["chains"] == 4 and d["kept_per_chain"] == 8 and len(d["acceptance_rate"]) == 2
     assert len(d["rhat_mean_max"]) == 2 and isinstance(d["flagged"], bool)
+    ess = [v for k in ("ess_bulk_mean_min", "ess_bulk_var_min", "ess_tail_mean_min", "ess_tail_var_min") for v in d[k]]
+    assert len(ess) == 8 and 0 < min(ess) and max(ess) <= 4 * 8 * math.log10(4 * 8)    # S log10 S, S = C k draws
     assert d["flagged"] == (max(d["rhat_mean_max"] + d["rhat_var_max"]) > d["rhat_threshold"])
 
 

@@ -326,12 +326,12 @@ class HMC(Method):
         return Predictive(f=f, noise_prec=state["noise_prec"] if tau is None else tau)
 
     def diagnostics(self, state: State, data) -> dict:
-        """Acceptance rate and step size per chain, and the rank-normalised split R-hat and bulk ESS (``mcmc``) over
-        the C chains of the test predictions: f(x_t) (whose mean is the predictive mean) and f(x_t)^2 + 1/tau
-        (whose mean minus the squared predictive mean is the predictive variance), their largest R-hat and smallest
-        ESS over the test points, per replica (``data``: ``engine.ReplicaData``), and how well the predictive
-        variances of independent parts of the run agree (:func:`predvar_agreement`); the run is flagged when an
-        R-hat exceeds ``rhat_max``."""
+        """Acceptance rate and step size per chain, and the rank-normalised split R-hat and the bulk and tail ESS
+        (``mcmc``: Stan's and ArviZ's) over the C chains of the test predictions: f(x_t) (whose mean is the predictive
+        mean) and f(x_t)^2 + 1/tau (whose mean minus the squared predictive mean is the predictive variance), their
+        largest R-hat and smallest ESS over the test points, per replica (``data``: ``engine.ReplicaData``), and how
+        well the predictive variances of independent parts of the run agree (:func:`predvar_agreement`); the run is
+        flagged when an R-hat exceeds ``rhat_max``."""
         theta, tau = self.kept(state)
         R, C, k, P = theta.shape
         n_after = (state["t"] - int(self.cfg.warmup)).clamp_min(1).to(state["accept_sum"].dtype)
@@ -348,15 +348,16 @@ class HMC(Method):
         second = f * f + inv_tau.double().cpu().numpy()
         valid = data.eval_mask[u].cpu().numpy()                                        # [R, T]
         for name, draws in (("mean", f), ("var", second)):
-            rh, es = mcmc.rhat(draws), mcmc.ess_bulk(draws)
-            out[f"rhat_{name}_max"] = np.where(valid, rh, -np.inf).max(1).tolist()
-            out[f"ess_bulk_{name}_min"] = np.where(valid, es, np.inf).min(1).tolist()
+            out[f"rhat_{name}_max"] = np.where(valid, mcmc.rhat(draws), -np.inf).max(1).tolist()
+            out[f"ess_bulk_{name}_min"] = np.where(valid, mcmc.ess_bulk(draws), np.inf).min(1).tolist()
+            out[f"ess_tail_{name}_min"] = np.where(valid, mcmc.ess_tail(draws), np.inf).min(1).tolist()
         out.update(predvar_agreement(f, second, valid))
         worst = max(max(out["rhat_mean_max"]), max(out["rhat_var_max"]))
         out["flagged"] = bool(worst > float(self.cfg.rhat_max))
         halves = out.get("predvar_corr_chain_halves")
+        least = {e: min(min(out[f"ess_{e}_mean_min"]), min(out[f"ess_{e}_var_min"])) for e in ("bulk", "tail")}
         out["summary"] = (f"R-hat of the test predictions <= {worst:.3f} (threshold {float(self.cfg.rhat_max)}), "
-                          f"bulk ESS >= {min(min(out['ess_bulk_mean_min']), min(out['ess_bulk_var_min'])):.0f} "
+                          f"bulk ESS >= {least['bulk']:.0f}, tail ESS >= {least['tail']:.0f} "
                           f"of {C * k} draws, acceptance {float(state['accept_sum'].sum() / n_after.sum() / C):.2f}"
                           + (f", predictive variances of the two halves of the chains correlate >= {min(halves):.3f}"
                              if halves else ""))
