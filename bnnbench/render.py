@@ -154,6 +154,10 @@ def _conventions(df: pd.DataFrame, spec: Mapping) -> list[str]:
         f"Error bars: ours = mean \u00b1 standard error over splits ({conv}); "
         f"paper = value \u00b1 as printed (kind of error: {kind_txt}).")
     lines.append(VERDICT_RULE)
+    if "run_status" in df.columns and ((df["verdict"] == "inconclusive")
+                                       & df["run_status"].fillna("").astype(str).str.startswith("reference ")).any():
+        lines.append("A cell scored against a reference run (HMC) whose diagnostics flag it (an R-hat above the "
+                     "threshold) is **inconclusive** whatever its number: it is not counted as reproduced.")
     if "kind" in df.columns and (df["kind"] == "binomial").any():
         lines.append("Single-run error rates (no ± printed): se_ours is the binomial standard error "
                      "√(err (1 − err) / n_test) of our run, and the z rule above applies with it.")
@@ -228,6 +232,8 @@ def _verdict_md(r) -> str:
     v = _VERDICT_WORDS_MD.get(r["verdict"], r["verdict"])
     if r["verdict"] == "not_run" and r.get("run_status") not in (None, "", "missing"):
         v = f"not run ({r['run_status']})"
+    elif r["verdict"] == "inconclusive" and str(r.get("run_status") or "").startswith("reference "):
+        v = f"inconclusive ({r['run_status']})"   # a paired cell whose reference sampler has not converged
     elif str(r.get("run_status") or "").startswith("flagged"):
         v = f"{v} ({r['run_status']})"   # a sampler that has not converged: its number stands, marked
     return v

@@ -100,10 +100,12 @@ def _mean_se(vals) -> tuple[float, float, float]:
     return float(a.mean()), float(a.std(ddof=0) / math.sqrt(len(a))), float(len(a))
 
 
-def _paired_summary(runs_root: Path, name: str, mid: str, ds: str, mm: Mapping) -> tuple[tuple, str | None]:
+def _paired_summary(runs_root: Path, name: str, mid: str, ds: str, mm: Mapping
+                    ) -> tuple[tuple, str | None, str | None]:
     """(mean, stderr, n) of a metric between this column's run and the run ``mm["against"]`` on the same splits
-    (``bnnbench.paired``, e.g. Table 4's correlation of predictive variances with HMC's), and the reason when there
-    is none: the reference run unfinished, or no stored predictive."""
+    (``bnnbench.paired``, e.g. Table 4's correlation of predictive variances with HMC's); the reason when there is
+    none: the reference run unfinished, or no stored predictive; and why the reference is flagged (its sampler's
+    ``diagnostics``: an R-hat above the threshold), else None: such a cell is inconclusive (``build_table``)."""
     nan = float("nan")
     kind = str(mm.get("paired") or "predvar_corr")
     if kind not in PAIRED_METRICS:
@@ -111,11 +113,12 @@ def _paired_summary(runs_root: Path, name: str, mid: str, ds: str, mm: Mapping) 
     against = str(mm["against"])
     ref, status = _load(run_dir(runs_root, name, against, ds))
     if ref is None:
-        return (nan, nan, nan), f"reference run {against}: {status}"
+        return (nan, nan, nan), f"reference run {against}: {status}", None
     vals = PAIRED_METRICS[kind](run_dir(runs_root, name, mid, ds), run_dir(runs_root, name, against, ds))
     if vals is None:
-        return (nan, nan, nan), "no predictive.npz (protocol.save_predictive)"
-    return _mean_se(vals), None
+        return (nan, nan, nan), "no predictive.npz (protocol.save_predictive)", None
+    flag = _flag_of(ref)
+    return _mean_se(vals), None, (f"reference {against} {flag}" if flag else None)   # "reference hmc flagged: ..."
 
 
 def _flag_of(rec: Mapping | None) -> str | None:
@@ -268,9 +271,10 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                 p_dec = as_decimal(cell["value"])
                 e_dec = as_decimal(cell["error"])
                 scale = float(cell["scale"]) if not is_missing(cell["scale"]) else float(mm.get("scale", 1.0))
-                paired_status = None
+                paired_status = ref_flag = None
                 if rec is not None and mm.get("against"):
-                    (ours, se, n), paired_status = _paired_summary(runs_root, name, selected or mid, ds, mm)
+                    (ours, se, n), paired_status, ref_flag = _paired_summary(runs_root, name, selected or mid, ds,
+                                                                             mm)
                 elif rec is not None:   # a column may read another metric of its records (Dropout: per-point LL)
                     ours, se, n = _summary_of(rec, (m.get("metric_keys") or {}).get(key, key))
                 if rec is not None:
@@ -281,6 +285,8 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                     conv = str(rec.get("stderr_convention") or "")
                     status = run_status if not math.isnan(ours) else (paired_status or "metric_missing")
                     status = (_flag_of(rec) if not math.isnan(ours) else None) or status
+                    if ref_flag and not math.isnan(ours):   # the reference's flag first: it sets the verdict
+                        status = ref_flag + ("; " + status if status.startswith("flagged") else "")
                 else:
                     ours = se = n = wall = nan
                     conv = ""
@@ -295,6 +301,8 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                         se / judge["scale"] if not math.isnan(se) else se,
                         judge["value"], judge["error"], mm["higher_is_better"], mm["kind"],
                     )
+                    if ref_flag and v != "not_run":   # against an unconverged reference the number confirms nothing
+                        v = "inconclusive"
                 reference_value = nan
                 if judge["printed"]:   # the paper column shows what the paper printed, the reference's value beside
                     reference_value = float(p_dec) * scale

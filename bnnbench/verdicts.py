@@ -6,7 +6,9 @@ e = max(published error, half a unit of the printed last digit); without a
 published error, when within 5 % relative (KL cells: within a factor 1.25);
 otherwise *better* / *worse* by the metric's direction.  A cell that would be
 *reproduced* while our standard error exceeds 3 e is *inconclusive*: its error
-bar, not its agreement, makes |z| small.  No record: *not_run*.
+bar, not its agreement, makes |z| small; so is a paired cell (a metric against a
+reference run, e.g. NNG Table 4's correlation with HMC) whose reference run is
+flagged by its diagnostics (``tables.build_table``).  No record: *not_run*.
 
 :func:`compare_verdicts` lists the cells a new table lost against an old one
 (the regression check, ``bnnbench.regression_check``).
@@ -41,9 +43,11 @@ __all__ = [
 
 VERDICTS = ("reproduced", "better", "worse", "inconclusive", "not_run", "unattributed")  # unattributed: the
 # published cell could not be read from the paper with confidence (its candidates are shown, no verdict is claimed);
-# inconclusive: within the error bars only because ours is several times the paper's (not counted as reproduced)
-# GOOD: the verdicts a cell must keep in CI's regression check (:func:`compare_verdicts`, bnnbench.regression_check).
-# Not a count: the headline of every count line is *reproduced* alone, better is beside it (``bnnbench.counts``).
+# inconclusive: within the error bars only because ours is several times the paper's, or scored against a flagged
+# (unconverged) reference run (not counted as reproduced)
+# GOOD: the verdicts compare_verdicts keeps (two tables against each other). Not a count: the headline of every count
+# line is *reproduced* alone, better is beside it (``bnnbench.counts``); CI's regression check compares numbers and
+# any change of verdict (``bnnbench.regression_check``).
 GOOD = ("reproduced", "better")
 
 Z_THRESHOLD = 2.0

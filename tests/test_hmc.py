@@ -182,6 +182,54 @@ def test_dual_averaging_reaches_the_target_acceptance(target):
     assert torch.equal(state["log_eps_bar"], log_eps_bar)
 
 
+def gaussian_problem(model, R=1, N=5, seed=0):
+    """A problem whose potential is the standard Gaussian U(theta) = |theta|^2 / 2: prior precision 1 and noise
+    precision 0 (no likelihood term), with a full batch of N rows; and its generator."""
+    g = torch.Generator().manual_seed(seed)
+    prob = Problem("gaussian", torch.full((R,), N), torch.ones(R, model.n_params, dtype=DT),
+                   noise_prec=torch.zeros(R, dtype=DT), y_scale=torch.ones(R, dtype=DT))
+    x, y = torch.randn(R, N, model.sizes[0], generator=g, dtype=DT), torch.randn(R, N, generator=g, dtype=DT)
+    return prob, Batch(x, y, prob.n_data), g
+
+
+@pytest.mark.parametrize("eps", [0.4, 1.3])
+def test_without_warmup_the_step_size_is_method_step_size(eps):
+    """``warmup=0``: every transition takes leapfrog steps of size eps = ``method.step_size``. On the standard
+    Gaussian target one leapfrog step maps (q, p) to q' = (1 - eps^2/2) q + eps p, p' = (1 - eps^2/2) p - eps
+    (1 - eps^2/4) q and conserves the shadow energy |p|^2/2 + (1 - eps^2/4) |q|^2/2, so H(q', p') - H(q, p) =
+    (eps^2/8)(|q'|^2 - |q|^2): the acceptance probability of each chain is alpha = min(1, exp(-(eps^2/8)
+    (|q'|^2 - |q|^2))), and an accepted chain moves to q'. (The step used to be exp(0) = 1 here.)"""
+    model = MLP([3, 1])
+    method = hmc(model, chains=64, warmup=0, keep=1, leapfrog_steps=1, step_size=eps)
+    prob, batch, g = gaussian_problem(model)
+    state = method.init(prob, g)
+    for _ in range(3):
+        noise = method.noise(state, batch, g)
+        q, p = state["theta"], noise[0]                                # M = I: p = z
+        new, stats = method.step(state, batch, noise)
+        q1 = (1 - eps ** 2 / 2) * q + eps * p
+        alpha = torch.exp(-(eps ** 2 / 8) * (q1.square() - q.square()).sum(-1)).clamp(max=1.0)
+        assert torch.allclose(stats["accept"], alpha.mean(1), rtol=1e-12, atol=0), (stats["accept"], alpha.mean(1))
+        moved = (new["theta"] != q).any(-1)
+        assert 0 < int(moved.sum()) and torch.allclose(new["theta"][moved], q1[moved], rtol=1e-12, atol=1e-14)
+        state = new
+    assert torch.allclose(state["log_eps_bar"].exp(), torch.tensor(eps, dtype=DT))   # the recorded step size
+
+
+def test_a_warmup_ending_with_a_mass_window_keeps_the_step_size_it_adapted():
+    """A warm-up shorter than 10 transitions has no terminal fast interval (``mass_windows``): its last transition
+    ends the mass matrix's window, where dual averaging restarts from the current step. The step size after the
+    warm-up is that one (not exp(0) = 1, what the restart's placeholder for eps_bar used to give)."""
+    model = MLP([3, 1])
+    method = hmc(model, chains=4, warmup=4, keep=2, leapfrog_steps=2, step_size=0.05)
+    prob, batch, g = gaussian_problem(model)
+    state = method.init(prob, g)
+    for _ in range(4):
+        state, _ = method.update(state, batch, g)
+    assert torch.equal(state["log_eps_bar"], state["log_eps"]) and bool((state["log_eps"] != 0).all())
+    assert not torch.equal(state["inv_mass"], torch.ones_like(state["inv_mass"]))    # the window was adapted
+
+
 # -- the diagnostics --------------------------------------------------------------------------------------------------
 
 def test_split_rhat_by_hand():
@@ -202,9 +250,10 @@ def test_rhat_and_ess_of_independent_and_of_shifted_chains():
     rng = np.random.default_rng(0)
     iid = rng.normal(size=(200, 4, 1000))               # 200 quantities x 4 chains x 1000 draws
     assert np.all(np.abs(mcmc.split_rhat(iid) - 1) < 0.01) and np.all(np.abs(mcmc.rhat(iid) - 1) < 0.01)
-    # the ESS of independent draws is their number: the estimate's spread over the 200 quantities brackets it
+    # the ESS of independent draws is their number, but for the small downward bias of Geyer's truncated sum (the
+    # positive noise autocorrelations it adds: -1.3 % here; tests/test_mcmc.py checks it against ArviZ's)
     ess = mcmc.ess(iid)
-    assert abs(ess.mean() - 4000) < 4 * ess.std() / math.sqrt(len(ess))
+    assert abs(ess.mean() / 4000 - 1) < 0.03, ess.mean()
     shifted = iid + np.arange(4)[:, None]              # chains at different means
     assert np.all(mcmc.rhat(shifted) > 1.5) and np.all(mcmc.split_rhat(shifted) > 1.5)
     # the rank-normalised (location) R-hat is invariant to monotone maps of the draws
@@ -269,6 +318,8 @@ def test_the_default_protocol_is_refused_in_one_line_and_hmc_uci_records_diagnos
     d = rec["diagnostics"]
     assert d["chains"] == 4 and d["kept_per_chain"] == 8 and len(d["acceptance_rate"]) == 2
     assert len(d["rhat_mean_max"]) == 2 and isinstance(d["flagged"], bool)
+    ess = [v for k in ("ess_bulk_mean_min", "ess_bulk_var_min", "ess_tail_mean_min", "ess_tail_var_min") for v in d[k]]
+    assert len(ess) == 8 and 0 < min(ess) and max(ess) <= 4 * 8 * math.log10(4 * 8)    # S log10 S, S = C k draws
     assert d["flagged"] == (max(d["rhat_mean_max"] + d["rhat_var_max"]) > d["rhat_threshold"])
 
 

@@ -114,6 +114,41 @@ def test_table4_cells_are_the_mean_and_stderr_of_the_per_trial_correlations(tmp_
     assert cell.verdict == "not_run" and cell.run_status.startswith("reference run hmc")
 
 
+def test_a_cell_against_a_flagged_reference_run_is_inconclusive(tmp_path):
+    """Table 4's cells are scored against HMC: where the HMC record's diagnostics flag it (an R-hat above the
+    threshold), a cell that would be reproduced is inconclusive instead (its number stands, marked with the reason,
+    and it is not counted as reproduced); unflagged, the same numbers are reproduced."""
+    rng = np.random.default_rng(5)
+    R, T = 10, 100
+    x = rng.normal(size=(R, T, 3))
+    hmc = rng.gamma(2.0, size=(R, T))
+    meth = hmc + rng.gamma(2.0, size=(R, T))                     # a correlation of about 0.7 with HMC's
+    root = tmp_path / "runs"
+    ref_dir = root / "t4" / "hmc" / "uci__yacht"
+    _predictive(ref_dir, hmc, np.full((R, T), 0.1), x, [T] * R)
+    _predictive(root / "t4" / "noisy_kfac" / "uci__yacht", meth, np.full((R, T), 0.2), x, [T] * R)
+    spec = {"name": "t4", "paper": "nng", "reference": "nng_table4_hmc_correlation.csv", "table": "Table 4",
+            "methods": {"noisy_kfac": {"paper_method": "NNG-MVG", "setting": ""}},
+            "datasets": ["uci/yacht"],
+            "metrics": {"predvar_corr_hmc": {"paper_metric": "pearson_corr_predvar_vs_hmc", "higher_is_better": True,
+                                             "against": "hmc", "paired": "predvar_corr"}}}
+    rec = json.loads((ref_dir / RECORD).read_text())
+    rec["diagnostics"] = {"flagged": False, "rhat_mean_max": [1.02] * R, "rhat_var_max": [1.01] * R,
+                          "rhat_threshold": 1.1}
+    (ref_dir / RECORD).write_text(json.dumps(rec))
+    ok = build_table(spec, root).iloc[0]
+    assert ok.verdict == "reproduced" and ok.run_status == "ok", (ok.ours, ok.verdict)
+    rec["diagnostics"].update(flagged=True, rhat_mean_max=[1.02] * (R - 1) + [1.31])
+    (ref_dir / RECORD).write_text(json.dumps(rec))
+    df = build_table(spec, root)
+    cell = df.iloc[0]
+    assert cell.verdict == "inconclusive" and cell.ours == ok.ours and cell.ours_se == ok.ours_se
+    assert cell.run_status == "reference hmc flagged: R-hat 1.31 > 1.1"
+    from bnnbench.render import render_markdown
+    md = render_markdown(df, spec)
+    assert "inconclusive (reference hmc flagged: R-hat 1.31 > 1.1)" in md and "NNG-MVG 0 / 1" in md
+
+
 def test_predvar_agreement_of_chain_halves_is_one_for_identical_halves_and_low_for_unrelated_ones():
     rng = np.random.default_rng(4)
     R, T, C, k = 2, 30, 4, 40

@@ -23,12 +23,13 @@ acceptance rate delta = ``target_accept`` (Hoffman & Gelman 2014, "The No-U-Turn
     H_m = (1 - 1/(m + t0)) H_{m-1} + (delta - alpha_m) / (m + t0),   log eps_m = mu - sqrt(m) / gamma H_m,
     log eps_bar_m = m^-kappa log eps_m + (1 - m^-kappa) log eps_bar_{m-1},    mu = log(10 eps_0);
 
-afterwards eps = eps_bar is frozen. With ``adapt_mass``, M^-1 is the identity at first and then, as in Stan, the
-regularised variances of each coordinate's draws in windows of the warm-up (``HMC.adapt``). After the warm-up every
-``thin``-th state is kept in a ring buffer of the last ``keep`` per chain, stored in float32 whatever the run's dtype
-(compact: R C K P numbers); predictions use the kept draws of all chains. The engine's epochs are transitions: HMC
-needs full-batch gradients (``full_batch``), so each epoch is one batch holding every training row of every
-replica. ``lr_scale`` has no meaning here and is ignored.
+afterwards eps = eps_bar is frozen. Before the first adaptation eps_bar = eps_0 (its first update, of weight
+1^-kappa = 1, overwrites it): without a warm-up every transition takes eps_0 = ``step_size``. With ``adapt_mass``,
+M^-1 is the identity at first and then, as in Stan, the regularised variances of each coordinate's draws in windows
+of the warm-up (``HMC.adapt``). After the warm-up every ``thin``-th state is kept in a ring buffer of the last
+``keep`` per chain, stored in float32 whatever the run's dtype (compact: R C K P numbers); predictions use the kept
+draws of all chains. The engine's epochs are transitions: HMC needs full-batch gradients (``full_batch``), so each
+epoch is one batch holding every training row of every replica. ``lr_scale`` has no meaning here and is ignored.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ class HMC(Method):
         log_eps = torch.full((R, C), math.log(float(cfg.step_size)), device=lam.device, dtype=lam.dtype)
         K, P = int(cfg.keep), self.model.n_params
         state = {**hyper_state(problem), "theta": theta.reshape(R, C, P), "log_eps": log_eps,
-                 "log_eps_bar": torch.zeros_like(log_eps), "h_bar": torch.zeros_like(log_eps),
+                 "log_eps_bar": log_eps.clone(), "h_bar": torch.zeros_like(log_eps),
                  "accept_sum": torch.zeros_like(log_eps), "t": torch.zeros(R, dtype=torch.long, device=lam.device),
                  "n_kept": torch.zeros(R, dtype=torch.long, device=lam.device),
                  "samples": torch.zeros(R, C, K, P, device=lam.device, dtype=torch.float32),
@@ -267,7 +268,9 @@ class HMC(Method):
         """The warm-up's updates after transition ``m_total``: dual averaging of log eps (module docstring), and with
         ``adapt_mass`` the diagonal M^-1 as Stan sets it (Stan Reference Manual, "HMC algorithm parameters"): the
         variances of the draws of each slow window (``mass_windows``), pooled over the replica's chains and shrunk,
-        (n / (n + 5)) var + 10^-3 (5 / (n + 5)); at each window's end dual averaging restarts at mu = log(10 eps)."""
+        (n / (n + 5)) var + 10^-3 (5 / (n + 5)); at each window's end dual averaging restarts at mu = log(10 eps),
+        with eps_bar = eps until its next update overwrites it (a warm-up whose last transition ends a window, one
+        shorter than 10 transitions, then keeps that step size)."""
         cfg = self.cfg
         da_m = state["da_m"] + 1
         m = da_m.to(q.dtype).unsqueeze(1)
@@ -294,7 +297,7 @@ class HMC(Method):
             var = m2 / (n - 1).clamp_min(1)
             out.update(inv_mass=n / (n + 5) * var + 1e-3 * 5 / (n + 5), mass_n=torch.zeros_like(n[:, 0]),
                        mass_mean=torch.zeros_like(mean), mass_m2=torch.zeros_like(m2), da_m=torch.zeros_like(da_m),
-                       h_bar=torch.zeros_like(h_bar), log_eps_bar=torch.zeros_like(h_bar),
+                       h_bar=torch.zeros_like(h_bar), log_eps_bar=log_eps,
                        mu=math.log(10) + log_eps)
         return out
 
@@ -326,12 +329,12 @@ class HMC(Method):
         return Predictive(f=f, noise_prec=state["noise_prec"] if tau is None else tau)
 
     def diagnostics(self, state: State, data) -> dict:
-        """Acceptance rate and step size per chain, and the rank-normalised split R-hat and bulk ESS (``mcmc``) over
-        the C chains of the test predictions: f(x_t) (whose mean is the predictive mean) and f(x_t)^2 + 1/tau
-        (whose mean minus the squared predictive mean is the predictive variance), their largest R-hat and smallest
-        ESS over the test points, per replica (``data``: ``engine.ReplicaData``), and how well the predictive
-        variances of independent parts of the run agree (:func:`predvar_agreement`); the run is flagged when an
-        R-hat exceeds ``rhat_max``."""
+        """Acceptance rate and step size per chain, and the rank-normalised split R-hat and the bulk and tail ESS
+        (``mcmc``: Stan's and ArviZ's) over the C chains of the test predictions: f(x_t) (whose mean is the predictive
+        mean) and f(x_t)^2 + 1/tau (whose mean minus the squared predictive mean is the predictive variance), their
+        largest R-hat and smallest ESS over the test points, per replica (``data``: ``engine.ReplicaData``), and how
+        well the predictive variances of independent parts of the run agree (:func:`predvar_agreement`); the run is
+        flagged when an R-hat exceeds ``rhat_max``."""
         theta, tau = self.kept(state)
         R, C, k, P = theta.shape
         n_after = (state["t"] - int(self.cfg.warmup)).clamp_min(1).to(state["accept_sum"].dtype)
@@ -348,15 +351,16 @@ class HMC(Method):
         second = f * f + inv_tau.double().cpu().numpy()
         valid = data.eval_mask[u].cpu().numpy()                                        # [R, T]
         for name, draws in (("mean", f), ("var", second)):
-            rh, es = mcmc.rhat(draws), mcmc.ess_bulk(draws)
-            out[f"rhat_{name}_max"] = np.where(valid, rh, -np.inf).max(1).tolist()
-            out[f"ess_bulk_{name}_min"] = np.where(valid, es, np.inf).min(1).tolist()
+            out[f"rhat_{name}_max"] = np.where(valid, mcmc.rhat(draws), -np.inf).max(1).tolist()
+            out[f"ess_bulk_{name}_min"] = np.where(valid, mcmc.ess_bulk(draws), np.inf).min(1).tolist()
+            out[f"ess_tail_{name}_min"] = np.where(valid, mcmc.ess_tail(draws), np.inf).min(1).tolist()
         out.update(predvar_agreement(f, second, valid))
         worst = max(max(out["rhat_mean_max"]), max(out["rhat_var_max"]))
         out["flagged"] = bool(worst > float(self.cfg.rhat_max))
         halves = out.get("predvar_corr_chain_halves")
+        least = {e: min(min(out[f"ess_{e}_mean_min"]), min(out[f"ess_{e}_var_min"])) for e in ("bulk", "tail")}
         out["summary"] = (f"R-hat of the test predictions <= {worst:.3f} (threshold {float(self.cfg.rhat_max)}), "
-                          f"bulk ESS >= {min(min(out['ess_bulk_mean_min']), min(out['ess_bulk_var_min'])):.0f} "
+                          f"bulk ESS >= {least['bulk']:.0f}, tail ESS >= {least['tail']:.0f} "
                           f"of {C * k} draws, acceptance {float(state['accept_sum'].sum() / n_after.sum() / C):.2f}"
                           + (f", predictive variances of the two halves of the chains correlate >= {min(halves):.3f}"
                              if halves else ""))
