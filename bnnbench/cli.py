@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from bnnbench import __version__
 from bnnbench.config import cell_label, cell_overrides, check_choices, experiment_spec, list_names
 from bnnbench.regression_check import MAX_CELL_S
 
@@ -18,6 +19,28 @@ RESULTS = Path("results")       # the committed report, relative to the working 
 RECORDS = str(RESULTS / "runs")  # the run records that results/tables and results/figures are rendered from
 RECORDS_HELP = f"the run records (default: {RECORDS})"
 EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED = 2, 3, 130
+HELP_FLAGS = ("-h", "--help")
+RUN_USAGE = """usage: bnnbench run [-m] OVERRIDE [OVERRIDE ...]
+
+Run one method on one data set under one protocol (all its splits as one batched program) and write its record
+to <runs_root>/<experiment or adhoc>/<label>/<data set>/record.json. The configuration is configs/config.yaml with
+Hydra overrides applied:
+
+  group=option      choose an option of a config group: method=bbb data=uci/boston protocol=slang_uci hpo=bo
+                    model=mlp experiment=slang_table2
+  group.key=value   set one setting of a group: protocol.epochs=10 protocol.splits=[0,1] method.lr=0.01
+  key=value         a top-level setting: seed=1 device=cuda dtype=float64 runs_root=/tmp/runs label=mine
+  -m, --multirun    a sweep: comma-separated values run one after the other (method=map,bbb)
+
+examples:
+  bnnbench run method=bbb data=uci/boston
+  bnnbench run method=map data=uci/yacht protocol.epochs=10 protocol.splits=[0] hpo=fixed
+  bnnbench run experiment=slang_table2 method=bbb data=uci/energy     # one cell of a paper table
+  bnnbench run -m method=map,bbb data=uci/yacht
+
+The options of every group: `bnnbench list` (datasets, methods, models, protocols, experiments).
+Exit status: 0 done (or already recorded), 2 a configuration or data problem (nothing ran), 3 the run failed
+(failed.json says why), 130 interrupted by Ctrl-C, 143 stopped by SIGTERM (the same command resumes either)."""
 
 
 def _summary_lines(record: dict) -> list[str]:
@@ -274,10 +297,14 @@ def cmd_regression(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "run":
+        if any(a in HELP_FLAGS for a in argv[1:]):
+            print(RUN_USAGE)
+            return 0
         return cmd_run(argv[1:])
     p = argparse.ArgumentParser(prog="bnnbench", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("run", help="run one configuration (Hydra overrides follow; -m sweeps)")
+    sub.add_parser("run", help="run one configuration (Hydra overrides follow; -m sweeps; run --help: the syntax)")
     r = sub.add_parser("reproduce", help="run the missing cells of an experiment, then write its tables")
     r.add_argument("experiment")
     r.add_argument("overrides", nargs="*", help="Hydra overrides applied to every cell")
