@@ -8,6 +8,7 @@ exit code (``run_one``).
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from pathlib import Path
 
@@ -156,6 +157,25 @@ def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], cores: int |
         return f"{head}\n   skipped: {e}"
 
 
+def _unknown_filter(experiment: str, spec: dict, keep_data: set | None, keep_label: set | None) -> str | None:
+    """Why ``--data`` / ``--label`` select nothing real (a typo would otherwise run nothing and still rewrite the
+    tables): a data set or label that no cell of the experiment has, or a pair of filters no cell meets. An open
+    leaderboard also takes its data sets and, as a label, any method (a column of yours)."""
+    open_board = bool((spec.get("leaderboard") or {}).get("open"))
+    data = {c["data"] for c in spec["runs"]} | (set(spec.get("datasets") or []) if open_board else set())
+    labels = {cell_label(c) for c in spec["runs"]} | (set(list_names("method")) if open_board else set())
+    for kind, asked, valid in (("data set", keep_data, sorted(data)), ("label", keep_label, sorted(labels))):
+        for name in sorted((asked or set()) - set(valid)):
+            close = difflib.get_close_matches(name, valid, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            return f"no cell of {experiment} has the {kind} {name!r}{hint}; its {kind}s: {', '.join(valid)}"
+    if keep_data and keep_label and not open_board and not any(
+            c["data"] in keep_data and cell_label(c) in keep_label for c in spec["runs"]):
+        return (f"no cell of {experiment} has both a data set of --data {','.join(sorted(keep_data))} and a label of "
+                f"--label {','.join(sorted(keep_label))}")
+    return None
+
+
 def cmd_reproduce(args) -> int:
     """Run every cell of an experiment that has no finished record, then write its tables.
 
@@ -166,13 +186,15 @@ def cmd_reproduce(args) -> int:
     spec = experiment_spec(args.experiment)
     keep_data = set(args.data.split(",")) if getattr(args, "data", None) else None
     keep_label = set(args.label.split(",")) if getattr(args, "label", None) else None
+    err = _unknown_filter(args.experiment, spec, keep_data, keep_label)
+    if err:
+        _error(err)
+        return EXIT_CONFIG
     cells = [(c, _cell_overrides(args, c)) for c in spec["runs"]
              if (keep_data is None or c["data"] in keep_data)
              and (keep_label is None or cell_label(c) in keep_label)]
     if keep_label and (spec.get("leaderboard") or {}).get("open"):   # a method of yours adds its column
-        from bnnbench.methods import method_class
         for label in sorted(keep_label - {cell_label(c) for c in spec["runs"]}):
-            method_class(label)   # an unknown name stops here, listing the valid ones
             cells += [({"method": label, "data": ds}, _cell_overrides(args, {"method": label, "data": ds}))
                       for ds in spec["datasets"] if keep_data is None or ds in keep_data]
     waves = [[ov for c, ov in cells if not any("{runs_root}" in o for o in c.get("overrides", []))],

@@ -35,3 +35,26 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"bnnbench {__version__}"
+
+
+@pytest.mark.parametrize("filters, said", [
+    (["--data", "uci/bostn"], "data set 'uci/bostn' (did you mean uci/boston?); its data sets: uci/boston, "),
+    (["--label", "foo"], "label 'foo'; its labels: bbb, mc_dropout, slang"),
+    (["--data", "uci/boston", "--label", "slang,sl4ng"], "label 'sl4ng' (did you mean slang?)"),
+])
+def test_reproduce_refuses_a_filter_no_cell_has_and_writes_nothing(tmp_path, capsys, filters, said):
+    argv = ["reproduce", "slang_table2", "--runs-root", str(tmp_path / "runs"), "--out", str(tmp_path / "tables"),
+            "--figures", str(tmp_path / "figures"), *filters]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no cell of slang_table2 has the ") and said in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_reproduce_refuses_filters_that_no_cell_meets_together(tmp_path, capsys):
+    argv = ["reproduce", "vadam_fig2", "--runs-root", str(tmp_path / "runs"), "--out", str(tmp_path / "tables"),
+            "--data", "usps/3vs5", "--label", "vadam_M32"]
+    assert main(argv) == 2
+    assert "no cell of vadam_fig2 has both a data set of --data usps/3vs5 and a label of --label vadam_M32" in \
+        capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

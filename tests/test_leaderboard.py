@@ -81,8 +81,9 @@ def test_reproduce_adds_a_registered_method_of_yours_to_an_open_leaderboard(tmp_
     assert main(["reproduce", "uci_leaderboard", "--label", "full_gaussian", "--runs-root", str(tmp_path),
                  "--out", str(tmp_path / "t")]) == 0
     assert [o for ov in ran for o in ov if o.startswith("method=")] == ["method=full_gaussian"] * 5
-    with pytest.raises(Exception, match="valid methods"):
-        main(["reproduce", "uci_leaderboard", "--label", "no_such_method", "--runs-root", str(tmp_path)])
+    ran.clear()
+    assert main(["reproduce", "uci_leaderboard", "--label", "no_such_method", "--runs-root", str(tmp_path)]) == 2
+    assert ran == [] and "has the label 'no_such_method'; its labels: bbb, " in capsys.readouterr().err
 
 
 def test_a_diverged_run_ranks_below_every_finished_one(runs):
