@@ -10,7 +10,20 @@ import pytest
 from bnnbench import __version__
 from bnnbench.cli import main
 
-from datapaths import REPO
+from datapaths import MIRROR, REPO
+
+needs_mirror = pytest.mark.skipif(not (MIRROR / "MANIFEST.md").is_file(), reason="needs the data mirror")
+YACHT_DATA = "uci_gal/UCI_Datasets/yacht/data/data.txt"
+TINY = ["method=bbb", "data=uci/yacht", "protocol.epochs=1", "protocol.splits=[0]", "progress=false"]
+
+
+@pytest.fixture
+def data_env(tmp_path, monkeypatch):
+    """The data mirror, an empty cache of this test's own and no network."""
+    monkeypatch.setenv("BNNBENCH_MIRROR", str(MIRROR))
+    monkeypatch.setenv("BNNBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("BNNBENCH_OFFLINE", "1")
+    return tmp_path / "cache"
 
 
 def _cli(*args, env=None):
@@ -58,3 +71,41 @@ def test_reproduce_refuses_filters_that_no_cell_meets_together(tmp_path, capsys)
     assert "no cell of vadam_fig2 has both a data set of --data usps/3vs5 and a label of --label vadam_M32" in \
         capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def _refuse_missing_mirror(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNNBENCH_MIRROR", str(tmp_path / "no_mirror"))
+
+
+def _refuse_checksum(tmp_path, monkeypatch):
+    from bnnbench.data import registry
+    monkeypatch.setitem(registry.file_entry(YACHT_DATA), "sha256", "0" * 64)
+
+
+@needs_mirror
+@pytest.mark.parametrize("override, refuse, said", [
+    ("protocol.epochs=0", None, "protocol.epochs must be a positive integer"),
+    ("device=cuda", None, "device=cuda"),
+    ("seed=0", _refuse_missing_mirror, "is not available"),
+    ("seed=0", _refuse_checksum, "Checksum mismatch"),
+])
+def test_a_refused_run_leaves_no_new_directories(data_env, tmp_path, monkeypatch, capsys, override, refuse, said):
+    if override == "device=cuda":
+        import torch
+        if torch.cuda.is_available():
+            pytest.skip("refused only without a GPU")
+    if refuse:
+        refuse(tmp_path, monkeypatch)
+    runs = tmp_path / "runs"
+    assert main(["run", *TINY, override, f"runs_root={runs}"]) == 2
+    assert said in capsys.readouterr().err
+    assert not runs.exists()
+
+
+def test_a_claimed_run_directory_keeps_what_existed_before(tmp_path):
+    from bnnbench.results import claimed
+    (tmp_path / "runs" / "adhoc").mkdir(parents=True)
+    with claimed(tmp_path / "runs" / "adhoc" / "bbb" / "uci__yacht") as d:
+        assert (d / ".lock").exists()
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["adhoc"]
+    assert not any((tmp_path / "runs" / "adhoc").iterdir())
