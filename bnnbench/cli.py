@@ -20,6 +20,7 @@ RESULTS = Path("results")       # the committed report, relative to the working 
 RECORDS = str(RESULTS / "runs")  # the run records that results/tables and results/figures are rendered from
 RECORDS_HELP = f"the run records (default: {RECORDS})"
 EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED = 2, 3, 130
+EXIT_NO_RECORDS = 1   # ``table``: no record to render
 HELP_FLAGS = ("-h", "--help")
 RUN_USAGE = """usage: bnnbench run [-m] OVERRIDE [OVERRIDE ...]
 
@@ -218,15 +219,29 @@ def cmd_reproduce(args) -> int:
     return cmd_table(args) if spec.get("reference") or spec.get("leaderboard") else 0
 
 
+def _no_records(args) -> int:
+    """A table of no records would only say "not run" in every cell: say where the records were looked for instead."""
+    root = Path(args.runs_root).resolve()
+    _error(f"no run records of {args.experiment} under {root} (a cell's record is {root}/{args.experiment}/<label>/"
+           f"<data set>/record.json); nothing written. Run its cells with `bnnbench reproduce {args.experiment}`, "
+           "or give --runs-root where your records are")
+    return EXIT_NO_RECORDS
+
+
 def cmd_table(args) -> int:
+    from bnnbench.results import finished_run_dirs
     from bnnbench.tables import build_table, write_tables
     spec = experiment_spec(args.experiment)
     if spec.get("leaderboard"):
         from bnnbench.leaderboard import write_leaderboard
+        if not finished_run_dirs(args.runs_root, args.experiment):
+            return _no_records(args)
         paths = write_leaderboard(spec, Path(args.runs_root), Path(args.out))
         print(f"{args.experiment}: wrote " + ", ".join(str(p) for p in paths.values()))
         return 0
     df = build_table(spec, Path(args.runs_root))
+    if (df["verdict"] == "not_run").all():
+        return _no_records(args)
     paths = write_tables(df, spec, Path(args.out))
     counts = df.groupby("verdict").size().to_dict()
     print(f"{args.experiment}: {counts}; wrote " + ", ".join(str(p) for p in paths.values()))

@@ -276,6 +276,13 @@ def write_failure(run_dir: Path, reason: str, record: dict) -> Path:
     return run_dir / FAILED
 
 
+def finished_run_dirs(runs_root, experiment: str | None) -> list[Path]:
+    """The run directories of ``experiment`` (``None``: the ad-hoc runs) under ``runs_root`` that hold a record or a
+    failure."""
+    return sorted(d for d in (Path(runs_root) / (experiment or ADHOC)).glob("*/*")
+                  if (d / RECORD).is_file() or (d / FAILED).is_file())
+
+
 def load_record(run_dir: Path) -> dict | None:
     """A run directory's ``record.json``, or ``None`` where there is none (or it cannot be read)."""
     try:

@@ -109,3 +109,35 @@ def test_a_claimed_run_directory_keeps_what_existed_before(tmp_path):
         assert (d / ".lock").exists()
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["adhoc"]
     assert not any((tmp_path / "runs" / "adhoc").iterdir())
+
+
+@pytest.mark.parametrize("experiment", ["slang_table2", "uci_leaderboard"])
+def test_table_without_records_says_where_it_looked_and_writes_nothing(tmp_path, capsys, experiment):
+    runs = tmp_path / "runs"
+    assert main(["table", experiment, "--runs-root", str(runs), "--out", str(tmp_path / "tables")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: no run records of {experiment} under {runs}") and "not_run" not in err
+    assert f"bnnbench reproduce {experiment}" in err and not (tmp_path / "tables").exists()
+
+
+def test_report_of_no_records_has_no_empty_sections_or_notes(tmp_path, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    assert main(["report", "--results", str(results), "--out", str(tmp_path / "site")]) == 0
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "Figures" not in index and "Paper tables" not in index and "<ul>" not in index
+    assert "No tables or figures yet" in index and "bnnbench reproduce" in index
+    assert "notes.html" not in index and not (tmp_path / "site" / "notes.html").exists()
+
+
+def test_report_lists_only_the_sections_it_has(tmp_path):
+    import shutil
+    from bnnbench.report import build_site
+    results = tmp_path / "results"
+    (results / "figures").mkdir(parents=True)
+    shutil.copy(REPO / "results" / "figures" / "gi_fig1_predictive.png", results / "figures")
+    (results / "README.md").write_text("# notes\n\n* **a deviation** of something\n")
+    build_site(results, tmp_path / "site")
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "<h2>Figures</h2>" in index and "Paper tables" not in index and "No tables or figures" not in index
+    assert "notes.html" in index and "a deviation" in (tmp_path / "site" / "notes.html").read_text()
