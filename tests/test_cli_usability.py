@@ -141,3 +141,31 @@ def test_report_lists_only_the_sections_it_has(tmp_path):
     index = (tmp_path / "site" / "index.html").read_text()
     assert "<h2>Figures</h2>" in index and "Paper tables" not in index and "No tables or figures" not in index
     assert "notes.html" in index and "a deviation" in (tmp_path / "site" / "notes.html").read_text()
+
+
+@needs_mirror
+def test_a_nan_in_the_cached_data_is_blamed_on_the_data_and_data_fetch_rebuilds_it(data_env, tmp_path, capsys):
+    import numpy as np
+    from bnnbench.data import load_dataset, store
+    load_dataset("uci/yacht")
+    path = store.canonical_path("uci/yacht")
+    arrays = store.read_npz(path)
+    arrays["X"][17, 2] = np.nan
+    store.atomic_savez(path, arrays)
+    assert main(["run", *TINY, f"runs_root={tmp_path / 'runs'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: uci/yacht: the cached data file {path} holds NaN or infinite values in X "
+                          "(1 row(s): 17); the data is broken, not the method.")
+    assert "bnnbench data fetch uci/yacht" in err and "diverged" not in err
+    assert main(["data", "fetch", "uci/yacht"]) == 0
+    assert np.isfinite(load_dataset("uci/yacht").X).all()
+
+
+def test_non_finite_values_from_the_source_name_it():
+    import numpy as np
+    from bnnbench.data import NonFiniteDataError, _check_finite
+    y = np.array([0.0, np.inf, 1.0])
+    with pytest.raises(NonFiniteDataError, match=r"^toy: its raw files a.txt holds NaN or infinite values in y "
+                                                 r"\(1 row\(s\): 1\).*Check the raw files of toy"):
+        _check_finite("toy", {"X": np.zeros((3, 2)), "y": y}, "its raw files a.txt", rebuild=False)
+    _check_finite("toy", {"X": np.zeros((3, 2), dtype=np.uint8), "y": np.arange(3)}, "its raw files a.txt", False)
