@@ -169,3 +169,25 @@ def test_non_finite_values_from_the_source_name_it():
                                                  r"\(1 row\(s\): 1\).*Check the raw files of toy"):
         _check_finite("toy", {"X": np.zeros((3, 2)), "y": y}, "its raw files a.txt", rebuild=False)
     _check_finite("toy", {"X": np.zeros((3, 2), dtype=np.uint8), "y": np.arange(3)}, "its raw files a.txt", False)
+
+
+def test_the_estimate_of_a_long_training_is_said_only_when_long():
+    from bnnbench.engine import eta_notice
+    assert eta_notice(3.0, 3, 500) is None                               # 500 s left: under 10 minutes
+    assert eta_notice(3.0, 3, 1000) == ("estimated 17 min for the final training: 1000 more epochs at 1 s each "
+                                        "(measured on the first epochs; Ctrl-C stops the run)")
+    assert eta_notice(0.015, 3, 100_000_000).startswith("estimated 5.8 days for the final training: 100000000 more")
+    assert eta_notice(36.0, 3, 600).startswith("estimated 2.0 h ")
+    assert eta_notice(0.0, 0, 10**9) is None
+
+
+@needs_mirror
+def test_a_run_prints_its_estimate_once_after_the_first_epochs(data_env, tmp_path, monkeypatch, capsys):
+    import bnnbench.engine as engine
+    ov = ["method=bbb", "data=uci/yacht", "protocol.epochs=5", "protocol.splits=[0]", "progress=false"]
+    assert main(["run", *ov, f"runs_root={tmp_path / 'a'}"]) == 0
+    assert "estimated" not in capsys.readouterr().out                   # a short run says nothing
+    monkeypatch.setattr(engine, "ETA_NOTICE_S", 0.0)
+    assert main(["run", *ov, f"runs_root={tmp_path / 'b'}"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("estimated")]
+    assert len(said) == 1 and said[0].startswith("estimated 0 min for the final training: 2 more epochs at ")
