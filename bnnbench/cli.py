@@ -14,12 +14,12 @@ from pathlib import Path
 
 from bnnbench import __version__
 from bnnbench.config import cell_label, cell_overrides, check_choices, experiment_spec, list_names
-from bnnbench.regression_check import MAX_CELL_S
+from bnnbench.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, exit_code, how, sigterm_interrupts
 
 RESULTS = Path("results")       # the committed report, relative to the working directory (a checkout)
 RECORDS = str(RESULTS / "runs")  # the run records that results/tables and results/figures are rendered from
 RECORDS_HELP = f"the run records (default: {RECORDS})"
-EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED = 2, 3, 130
+EXIT_CONFIG, EXIT_FAILED = 2, 3   # and 130 / 143: interrupted by Ctrl-C / SIGTERM (bnnbench.signals)
 EXIT_NO_RECORDS = 1   # ``table``: no record to render
 HELP_FLAGS = ("-h", "--help")
 RUN_USAGE = """usage: bnnbench run [-m] OVERRIDE [OVERRIDE ...]
@@ -67,14 +67,15 @@ def run_dir_of(cfg) -> Path:
 def run_one(cfg, overrides: list[str]) -> int:
     """``execute`` one composed configuration, turning every expected failure into one line and an exit code:
     2 a configuration, data or run-directory problem (nothing ran), 3 a run that failed (``failed.json`` says why),
-    130 an interruption (the same command resumes from the last checkpoint)."""
+    130 / 143 an interruption by Ctrl-C / SIGTERM (the same command resumes from the last checkpoint)."""
     from bnnbench.data import DataError
     from bnnbench.engine import DivergenceError
     from bnnbench.exact_vi import NotConvergedError
     from bnnbench.execute import execute
     from bnnbench.methods import UnknownMethodError
     from bnnbench.config import ConfigError
-    from bnnbench.results import RunDirError, ResumeFiles
+    from bnnbench.results import RunDirError
+    from bnnbench.signals import exit_code, resume_line
     run_dir = run_dir_of(cfg)
     try:
         record = execute(cfg, overrides, run_dir)
@@ -84,12 +85,9 @@ def run_one(cfg, overrides: list[str]) -> int:
     except (ConfigError, DataError, UnknownMethodError, RunDirError) as e:
         _error(str(e))
         return EXIT_CONFIG
-    except KeyboardInterrupt:
-        saved = ResumeFiles.in_dir(run_dir)
-        where = (f"resume state kept in {run_dir} ({', '.join(p.name for p in saved)}); the same command resumes it"
-                 if saved else "no checkpoint had been written yet; the same command starts afresh")
-        print(f"\ninterrupted: {where}", file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        print(f"\n{resume_line(run_dir, e)}", file=sys.stderr, flush=True)
+        return exit_code(e)
     print("\n".join(_summary_lines(record)))
     print(f"record: {run_dir / 'record.json'}")
     return 0
@@ -126,23 +124,47 @@ def _multirun(flags: list[str], overrides: list[str]) -> int:
     @hydra.main(config_path=config_dir(), config_name="config", version_base=None)
     def app(cfg):
         codes.append(run_one(cfg, list(HydraConfig.get().overrides.task)))
+        if codes[-1] in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+            raise _SweepStopped(codes[-1])   # the sweep's later jobs do not start
 
     sys.argv = [f"{Path(sys.argv[0]).name} run", *flags, *overrides]
-    app()
+    try:
+        app()
+    except _SweepStopped as e:
+        return e.code
     return max(codes, default=0)
+
+
+class _SweepStopped(KeyboardInterrupt):
+    """A job of a sweep was interrupted (its line printed): the sweep stops with its exit code."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
 
 
 def _cell_overrides(args, cell) -> list[str]:
     return [*cell_overrides(args.experiment, cell, args.runs_root), f"runs_root={args.runs_root}", *args.overrides]
 
 
-def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], cores: int | None = None) -> str:
-    """Run one cell (in this process, or in a worker that may use ``cores`` cores); returns the lines to print."""
+def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], cores: int | None = None) -> str | None:
+    """Run one cell (in this process, or in a worker that may use ``cores`` cores); returns the lines to print, or
+    ``None`` for a cell a stopping worker does not start. An interrupted cell raises ``CellInterrupted`` with its
+    line."""
+    from bnnbench.signals import in_cell, stopping
+    if stopping():
+        return None
+    with in_cell():
+        return _run_cell(experiment, ov, cores)
+
+
+def _run_cell(experiment: str, ov: list[str], cores: int | None) -> str:
     from bnnbench.config import ConfigError, compose
     from bnnbench.engine import DivergenceError
     from bnnbench.execute import execute
     from bnnbench.exact_vi import NotConvergedError
     from bnnbench.results import RunDirError
+    from bnnbench.signals import CellInterrupted, exit_code, resume_line
     from bnnbench.threads import share_cores
     if cores:
         share_cores(cores)
@@ -156,6 +178,8 @@ def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], cores: int |
         return f"{head}\n   FAILED (recorded in failed.json, not a result): {e}"
     except (ConfigError, RunDirError) as e:
         return f"{head}\n   skipped: {e}"
+    except KeyboardInterrupt as e:
+        raise CellInterrupted(resume_line(run_dir, e), exit_code(e)) from None
 
 
 def _unknown_filter(experiment: str, spec: dict, keep_data: set | None, keep_label: set | None) -> str | None:
@@ -175,6 +199,62 @@ def _unknown_filter(experiment: str, spec: dict, keep_data: set | None, keep_lab
         return (f"no cell of {experiment} has both a data set of --data {','.join(sorted(keep_data))} and a label of "
                 f"--label {','.join(sorted(keep_label))}")
     return None
+
+
+def _run_wave(args, wave: list[list[str]]) -> int:
+    """Run the cells ``wave`` one after the other in this process; returns 0, or the exit code of an interruption
+    (its line printed)."""
+    from bnnbench.signals import CellInterrupted
+    for ov in wave:
+        try:
+            print(_reproduce_cell(args.experiment, args.runs_root, ov), flush=True)
+        except CellInterrupted as e:
+            print(f"\n{e.line}", file=sys.stderr, flush=True)
+            return e.code
+    return 0
+
+
+def _run_wave_in_workers(args, wave: list[list[str]], jobs: int) -> int:
+    """Run the cells ``wave`` in ``jobs`` worker processes, printing each cell's lines in order; returns 0, or the exit
+    code of an interruption, after every worker has stopped (``bnnbench.signals``) and each interrupted cell's line
+    has been printed."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    from bnnbench.signals import CellInterrupted, exit_code, stop_workers, worker_init
+    from bnnbench.threads import available_cores
+    cores = max(1, available_cores() // jobs)
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=worker_init)
+    futures = [pool.submit(_reproduce_cell, args.experiment, args.runs_root, ov, cores) for ov in wave]
+    printed = 0
+    try:
+        for f in futures:
+            print(f.result(), flush=True)
+            printed += 1
+    except (KeyboardInterrupt, CellInterrupted) as e:
+        code = e.code if isinstance(e, CellInterrupted) else exit_code(e)
+        stop_workers()
+        pool.shutdown(wait=True, cancel_futures=True)
+        print("", file=sys.stderr)
+        for f in futures[printed:]:
+            _print_outcome(f)
+        return code
+    pool.shutdown()
+    return 0
+
+
+def _print_outcome(future) -> None:
+    """What a cell of an interrupted wave left: its lines when it finished, its ``CellInterrupted`` line when it was
+    interrupted; nothing when it never started."""
+    from bnnbench.signals import CellInterrupted
+    if future.cancelled():
+        return
+    e = future.exception()
+    if isinstance(e, CellInterrupted):
+        print(e.line, file=sys.stderr, flush=True)
+    elif isinstance(e, Exception):
+        _error(f"{type(e).__name__}: {e}")
+    elif e is None and future.result() is not None:
+        print(future.result(), flush=True)
 
 
 def cmd_reproduce(args) -> int:
@@ -202,18 +282,10 @@ def cmd_reproduce(args) -> int:
              [ov for c, ov in cells if any("{runs_root}" in o for o in c.get("overrides", []))]]
     jobs = int(getattr(args, "jobs", 1) or 1)
     for wave in waves:
-        if jobs <= 1:
-            for ov in wave:
-                print(_reproduce_cell(args.experiment, args.runs_root, ov), flush=True)
-            continue
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-        from bnnbench.threads import available_cores
-        cores = max(1, available_cores() // jobs)
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-            for out in pool.map(_reproduce_cell, [args.experiment] * len(wave), [args.runs_root] * len(wave),
-                                wave, [cores] * len(wave)):
-                print(out, flush=True)
+        stopped = _run_wave(args, wave) if jobs <= 1 else _run_wave_in_workers(args, wave, jobs)
+        if stopped:
+            print(f"{args.experiment}: stopped; tables and figures not rewritten", file=sys.stderr, flush=True)
+            return stopped
     figures = args.figures or str(Path(args.out).parent / "figures")    # beside the tables
     cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out=figures))
     return cmd_table(args) if spec.get("reference") or spec.get("leaderboard") else 0
@@ -332,7 +404,18 @@ def cmd_regression(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The command line. SIGTERM stops it as Ctrl-C does (``bnnbench.signals``); an interruption outside a run (while
+    starting up, rendering tables) is one line and exit 130 (Ctrl-C) or 143 (SIGTERM), never a traceback."""
+    try:
+        with sigterm_interrupts():
+            return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt as e:
+        print(f"\ninterrupted ({how(e)}) while no run was training: nothing to resume", file=sys.stderr, flush=True)
+        return exit_code(e)
+
+
+def _main(argv: list[str]) -> int:
+    from bnnbench.regression_check import MAX_CELL_S   # here: imports numpy, after main's signal handling is in place
     if argv and argv[0] == "run":
         if any(a in HELP_FLAGS for a in argv[1:]):
             print(RUN_USAGE)

@@ -191,3 +191,100 @@ def test_a_run_prints_its_estimate_once_after_the_first_epochs(data_env, tmp_pat
     assert main(["run", *ov, f"runs_root={tmp_path / 'b'}"]) == 0
     said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("estimated")]
     assert len(said) == 1 and said[0].startswith("estimated 0 min for the final training: 2 more epochs at ")
+
+
+LONG = ["protocol.epochs=1000000", "protocol.splits=[0]", "progress=false", "checkpoint_every=2"]
+
+
+def _stop_when_training(args, sig, trainings=1, group=False):
+    """Start ``bnnbench <args>``, send ``sig`` once ``trainings`` final trainings have printed their estimate (after
+    their first epochs, with a checkpoint written), to the process or, as a terminal's Ctrl-C, to its process group;
+    returns the finished process's exit code, stdout and stderr."""
+    import signal
+    p = subprocess.Popen([sys.executable, "-m", "bnnbench.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=REPO, start_new_session=True)
+    try:
+        seen = []
+        for line in p.stdout:
+            seen += [line] if line.startswith("estimated") else []
+            if len(seen) == trainings:
+                break
+        os.killpg(p.pid, sig) if group else p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+    finally:   # nothing of the run outlives the test, whatever it did (a worker whose parent died included)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+    return p.returncode, "".join(seen) + out, err
+
+
+def _left_behind(root):
+    """Files a stopped run must not leave: its lock, a record, a temporary file of an unfinished write."""
+    return [q for q in root.rglob("*") if q.name in (".lock", "record.json") or q.name.endswith(".tmp")]
+
+
+@needs_mirror
+@pytest.mark.e2e
+def test_sigterm_stops_a_run_as_ctrl_c_does(data_env, tmp_path):
+    import signal
+    code, out, err = _stop_when_training(["run", "method=bbb", "data=uci/yacht", *LONG, f"runs_root={tmp_path}"],
+                                         signal.SIGTERM)
+    run_dir = tmp_path / "adhoc" / "bbb" / "uci__yacht"
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 143 and "Traceback" not in err and len(lines) == 1, err
+    ck, = run_dir.glob(".checkpoint-*.pt")
+    assert lines[0] == f"interrupted (SIGTERM): resume state kept in {run_dir} ({ck.name}); the same command resumes it"
+    assert _left_behind(tmp_path) == []
+
+
+@needs_mirror
+@pytest.mark.e2e
+@pytest.mark.parametrize("sig, jobs", [("SIGINT", 1), ("SIGTERM", 2)])
+def test_an_interrupted_reproduce_says_what_each_cell_left(data_env, tmp_path, sig, jobs):
+    """Ctrl-C (to the process group, as a terminal sends it) and SIGTERM (to the parent only, as a scheduler may):
+    one line per interrupted cell with its resume state, no cell started after, no traceback, no table written."""
+    import signal
+    args = ["reproduce", "slang_table2", "--data", "uci/yacht", "--label", "bbb,slang,mc_dropout", "--jobs", str(jobs),
+            "--runs-root", str(tmp_path / "runs"), "--out", str(tmp_path / "tables"), *LONG, "hpo=fixed"]
+    code, out, err = _stop_when_training(args, getattr(signal, sig), trainings=jobs, group=sig == "SIGINT")
+    how = "Ctrl-C" if sig == "SIGINT" else "SIGTERM"
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == (130 if sig == "SIGINT" else 143) and "Traceback" not in err, err
+    assert len(lines) == jobs + 1 and lines[-1] == "slang_table2: stopped; tables and figures not rewritten", err
+    for line, label in zip(lines[:jobs], ["bbb", "slang"]):
+        run_dir = tmp_path / "runs" / "slang_table2" / label / "uci__yacht"
+        ck, = run_dir.glob(".checkpoint-*.pt")
+        assert line == f"interrupted ({how}): resume state kept in {run_dir} ({ck.name}); the same command resumes it"
+    assert sorted(p.name for p in (tmp_path / "runs" / "slang_table2").iterdir()) == ["bbb", "slang"][:jobs]
+    assert _left_behind(tmp_path) == [] and not (tmp_path / "tables").exists()
+
+
+def test_ctrl_c_while_starting_up_is_one_line(monkeypatch, tmp_path, capsys):
+    import bnnbench.config as config
+
+    def interrupted(overrides):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(config, "compose_checked", interrupted)
+    assert main(["run", "method=bbb", f"runs_root={tmp_path}"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted (Ctrl-C) while no run was training: nothing to resume"
+    assert list(tmp_path.iterdir()) == []
+
+
+@needs_mirror
+def test_ctrl_c_in_a_reproduce_cell_names_its_resume_state(data_env, tmp_path, monkeypatch, capsys):
+    from interrupts import ctrl_c_at_evaluation
+    ctrl_c_at_evaluation(monkeypatch, 3)   # epoch 3, after the checkpoint of epoch 2
+    runs = tmp_path / "runs"
+    argv = ["reproduce", "slang_table2", "--data", "uci/yacht", "--label", "bbb,slang", "--runs-root", str(runs),
+            "--out", str(tmp_path / "tables"), "protocol.epochs=5", "protocol.eval_every=1", "protocol.splits=[0]",
+            "checkpoint_every=2", "progress=false", "hpo=fixed"]
+    assert main(argv) == 130
+    run_dir = runs / "slang_table2" / "bbb" / "uci__yacht"
+    ck, = run_dir.glob(".checkpoint-*.pt")
+    assert [line for line in capsys.readouterr().err.splitlines() if line] == [
+        f"interrupted (Ctrl-C): resume state kept in {run_dir} ({ck.name}); the same command resumes it",
+        "slang_table2: stopped; tables and figures not rewritten"]
+    assert [p.name for p in (runs / "slang_table2").iterdir()] == ["bbb"] and _left_behind(tmp_path) == []
