@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -52,7 +53,11 @@ def _raise_terminated(signum, frame):
 
 @contextmanager
 def sigterm_interrupts():
-    """Inside, SIGTERM raises ``Terminated`` in the main thread (once); the previous handler is restored after."""
+    """Inside, SIGTERM raises ``Terminated`` in the main thread (once); the previous handler is restored after. Called
+    from another thread (which cannot handle signals), it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield

@@ -288,3 +288,13 @@ def test_ctrl_c_in_a_reproduce_cell_names_its_resume_state(data_env, tmp_path, m
         f"interrupted (Ctrl-C): resume state kept in {run_dir} ({ck.name}); the same command resumes it",
         "slang_table2: stopped; tables and figures not rewritten"]
     assert [p.name for p in (runs / "slang_table2").iterdir()] == ["bbb"] and _left_behind(tmp_path) == []
+
+
+def test_main_runs_outside_the_main_thread(capsys):
+    """Signal handlers can only be set in the main thread: main elsewhere (a caller's worker thread) leaves them."""
+    import threading
+    codes = []
+    t = threading.Thread(target=lambda: codes.append(main(["list", "protocols"])))
+    t.start()
+    t.join()
+    assert codes == [0] and "protocols:" in capsys.readouterr().out
