@@ -238,7 +238,8 @@ def _run_wave_in_workers(args, wave: list[list[str]], jobs: int) -> int:
         for f in futures[printed:]:
             _print_outcome(f)
         return code
-    pool.shutdown()
+    finally:   # a cell's unexpected error too: the cells not started are dropped, the running ones awaited
+        pool.shutdown(wait=True, cancel_futures=True)
     return 0
 
 
