@@ -8,16 +8,41 @@ exit code (``run_one``).
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from pathlib import Path
 
+from bnnbench import __version__
 from bnnbench.config import cell_label, cell_overrides, check_choices, experiment_spec, list_names
-from bnnbench.regression_check import MAX_CELL_S
+from bnnbench.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, exit_code, how, sigterm_interrupts
 
 RESULTS = Path("results")       # the committed report, relative to the working directory (a checkout)
 RECORDS = str(RESULTS / "runs")  # the run records that results/tables and results/figures are rendered from
 RECORDS_HELP = f"the run records (default: {RECORDS})"
-EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED = 2, 3, 130
+EXIT_CONFIG, EXIT_FAILED = 2, 3   # and 130 / 143: interrupted by Ctrl-C / SIGTERM (bnnbench.signals)
+EXIT_NO_RECORDS = 1   # ``table``: no record to render
+HELP_FLAGS = ("-h", "--help")
+RUN_USAGE = """usage: bnnbench run [-m] OVERRIDE [OVERRIDE ...]
+
+Run one method on one data set under one protocol (all its splits as one batched program) and write its record
+to <runs_root>/<experiment or adhoc>/<label>/<data set>/record.json. The configuration is configs/config.yaml with
+Hydra overrides applied:
+
+  group=option      choose an option of a config group: method=bbb data=uci/boston protocol=slang_uci hpo=bo
+                    model=mlp experiment=slang_table2
+  group.key=value   set one setting of a group: protocol.epochs=10 protocol.splits=[0,1] method.lr=0.01
+  key=value         a top-level setting: seed=1 device=cuda dtype=float64 runs_root=/tmp/runs label=mine
+  -m, --multirun    a sweep: comma-separated values run one after the other (method=map,bbb)
+
+examples:
+  bnnbench run method=bbb data=uci/boston
+  bnnbench run method=map data=uci/yacht protocol.epochs=10 protocol.splits=[0] hpo=fixed
+  bnnbench run experiment=slang_table2 method=bbb data=uci/energy     # one cell of a paper table
+  bnnbench run -m method=map,bbb data=uci/yacht
+
+The options of every group: `bnnbench list` (datasets, methods, models, protocols, experiments).
+Exit status: 0 done (or already recorded), 2 a configuration or data problem (nothing ran), 3 the run failed
+(failed.json says why), 130 interrupted by Ctrl-C, 143 stopped by SIGTERM (the same command resumes either)."""
 
 
 def _summary_lines(record: dict) -> list[str]:
@@ -42,14 +67,15 @@ def run_dir_of(cfg) -> Path:
 def run_one(cfg, overrides: list[str]) -> int:
     """``execute`` one composed configuration, turning every expected failure into one line and an exit code:
     2 a configuration, data or run-directory problem (nothing ran), 3 a run that failed (``failed.json`` says why),
-    130 an interruption (the same command resumes from the last checkpoint)."""
+    130 / 143 an interruption by Ctrl-C / SIGTERM (the same command resumes from the last checkpoint)."""
     from bnnbench.data import DataError
     from bnnbench.engine import DivergenceError
     from bnnbench.exact_vi import NotConvergedError
     from bnnbench.execute import execute
     from bnnbench.methods import UnknownMethodError
     from bnnbench.config import ConfigError
-    from bnnbench.results import RunDirError, ResumeFiles
+    from bnnbench.results import RunDirError
+    from bnnbench.signals import exit_code, resume_line
     run_dir = run_dir_of(cfg)
     try:
         record = execute(cfg, overrides, run_dir)
@@ -59,12 +85,9 @@ def run_one(cfg, overrides: list[str]) -> int:
     except (ConfigError, DataError, UnknownMethodError, RunDirError) as e:
         _error(str(e))
         return EXIT_CONFIG
-    except KeyboardInterrupt:
-        saved = ResumeFiles.in_dir(run_dir)
-        where = (f"resume state kept in {run_dir} ({', '.join(p.name for p in saved)}); the same command resumes it"
-                 if saved else "no checkpoint had been written yet; the same command starts afresh")
-        print(f"\ninterrupted: {where}", file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        print(f"\n{resume_line(run_dir, e)}", file=sys.stderr, flush=True)
+        return exit_code(e)
     print("\n".join(_summary_lines(record)))
     print(f"record: {run_dir / 'record.json'}")
     return 0
@@ -101,23 +124,47 @@ def _multirun(flags: list[str], overrides: list[str]) -> int:
     @hydra.main(config_path=config_dir(), config_name="config", version_base=None)
     def app(cfg):
         codes.append(run_one(cfg, list(HydraConfig.get().overrides.task)))
+        if codes[-1] in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+            raise _SweepStopped(codes[-1])   # the sweep's later jobs do not start
 
     sys.argv = [f"{Path(sys.argv[0]).name} run", *flags, *overrides]
-    app()
+    try:
+        app()
+    except _SweepStopped as e:
+        return e.code
     return max(codes, default=0)
+
+
+class _SweepStopped(KeyboardInterrupt):
+    """A job of a sweep was interrupted (its line printed): the sweep stops with its exit code."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
 
 
 def _cell_overrides(args, cell) -> list[str]:
     return [*cell_overrides(args.experiment, cell, args.runs_root), f"runs_root={args.runs_root}", *args.overrides]
 
 
-def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], cores: int | None = None) -> str:
-    """Run one cell (in this process, or in a worker that may use ``cores`` cores); returns the lines to print."""
+def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], cores: int | None = None) -> str | None:
+    """Run one cell (in this process, or in a worker that may use ``cores`` cores); returns the lines to print, or
+    ``None`` for a cell a stopping worker does not start. An interrupted cell raises ``CellInterrupted`` with its
+    line."""
+    from bnnbench.signals import in_cell, stopping
+    if stopping():
+        return None
+    with in_cell():
+        return _run_cell(experiment, ov, cores)
+
+
+def _run_cell(experiment: str, ov: list[str], cores: int | None) -> str:
     from bnnbench.config import ConfigError, compose
     from bnnbench.engine import DivergenceError
     from bnnbench.execute import execute
     from bnnbench.exact_vi import NotConvergedError
     from bnnbench.results import RunDirError
+    from bnnbench.signals import CellInterrupted, exit_code, resume_line
     from bnnbench.threads import share_cores
     if cores:
         share_cores(cores)
@@ -131,6 +178,84 @@ def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], cores: int |
         return f"{head}\n   FAILED (recorded in failed.json, not a result): {e}"
     except (ConfigError, RunDirError) as e:
         return f"{head}\n   skipped: {e}"
+    except KeyboardInterrupt as e:
+        raise CellInterrupted(resume_line(run_dir, e), exit_code(e)) from None
+
+
+def _unknown_filter(experiment: str, spec: dict, keep_data: set | None, keep_label: set | None) -> str | None:
+    """Why ``--data`` / ``--label`` select nothing real (a typo would otherwise run nothing and still rewrite the
+    tables): a data set or label that no cell of the experiment has, or a pair of filters no cell meets. An open
+    leaderboard also takes its data sets and, as a label, any method (a column of yours)."""
+    open_board = bool((spec.get("leaderboard") or {}).get("open"))
+    data = {c["data"] for c in spec["runs"]} | (set(spec.get("datasets") or []) if open_board else set())
+    labels = {cell_label(c) for c in spec["runs"]} | (set(list_names("method")) if open_board else set())
+    for kind, asked, valid in (("data set", keep_data, sorted(data)), ("label", keep_label, sorted(labels))):
+        for name in sorted((asked or set()) - set(valid)):
+            close = difflib.get_close_matches(name, valid, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            return f"no cell of {experiment} has the {kind} {name!r}{hint}; its {kind}s: {', '.join(valid)}"
+    if keep_data and keep_label and not open_board and not any(
+            c["data"] in keep_data and cell_label(c) in keep_label for c in spec["runs"]):
+        return (f"no cell of {experiment} has both a data set of --data {','.join(sorted(keep_data))} and a label of "
+                f"--label {','.join(sorted(keep_label))}")
+    return None
+
+
+def _run_wave(args, wave: list[list[str]]) -> int:
+    """Run the cells ``wave`` one after the other in this process; returns 0, or the exit code of an interruption
+    (its line printed)."""
+    from bnnbench.signals import CellInterrupted
+    for ov in wave:
+        try:
+            print(_reproduce_cell(args.experiment, args.runs_root, ov), flush=True)
+        except CellInterrupted as e:
+            print(f"\n{e.line}", file=sys.stderr, flush=True)
+            return e.code
+    return 0
+
+
+def _run_wave_in_workers(args, wave: list[list[str]], jobs: int) -> int:
+    """Run the cells ``wave`` in ``jobs`` worker processes, printing each cell's lines in order; returns 0, or the exit
+    code of an interruption, after every worker has stopped (``bnnbench.signals``) and each interrupted cell's line
+    has been printed."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    from bnnbench.signals import CellInterrupted, exit_code, stop_workers, worker_init
+    from bnnbench.threads import available_cores
+    cores = max(1, available_cores() // jobs)
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=worker_init)
+    futures = [pool.submit(_reproduce_cell, args.experiment, args.runs_root, ov, cores) for ov in wave]
+    printed = 0
+    try:
+        for f in futures:
+            print(f.result(), flush=True)
+            printed += 1
+    except (KeyboardInterrupt, CellInterrupted) as e:
+        code = e.code if isinstance(e, CellInterrupted) else exit_code(e)
+        stop_workers()
+        pool.shutdown(wait=True, cancel_futures=True)
+        print("", file=sys.stderr)
+        for f in futures[printed:]:
+            _print_outcome(f)
+        return code
+    finally:   # a cell's unexpected error too: the cells not started are dropped, the running ones awaited
+        pool.shutdown(wait=True, cancel_futures=True)
+    return 0
+
+
+def _print_outcome(future) -> None:
+    """What a cell of an interrupted wave left: its lines when it finished, its ``CellInterrupted`` line when it was
+    interrupted; nothing when it never started."""
+    from bnnbench.signals import CellInterrupted
+    if future.cancelled():
+        return
+    e = future.exception()
+    if isinstance(e, CellInterrupted):
+        print(e.line, file=sys.stderr, flush=True)
+    elif isinstance(e, Exception):
+        _error(f"{type(e).__name__}: {e}")
+    elif e is None and future.result() is not None:
+        print(future.result(), flush=True)
 
 
 def cmd_reproduce(args) -> int:
@@ -143,46 +268,54 @@ def cmd_reproduce(args) -> int:
     spec = experiment_spec(args.experiment)
     keep_data = set(args.data.split(",")) if getattr(args, "data", None) else None
     keep_label = set(args.label.split(",")) if getattr(args, "label", None) else None
+    err = _unknown_filter(args.experiment, spec, keep_data, keep_label)
+    if err:
+        _error(err)
+        return EXIT_CONFIG
     cells = [(c, _cell_overrides(args, c)) for c in spec["runs"]
              if (keep_data is None or c["data"] in keep_data)
              and (keep_label is None or cell_label(c) in keep_label)]
     if keep_label and (spec.get("leaderboard") or {}).get("open"):   # a method of yours adds its column
-        from bnnbench.methods import method_class
         for label in sorted(keep_label - {cell_label(c) for c in spec["runs"]}):
-            method_class(label)   # an unknown name stops here, listing the valid ones
             cells += [({"method": label, "data": ds}, _cell_overrides(args, {"method": label, "data": ds}))
                       for ds in spec["datasets"] if keep_data is None or ds in keep_data]
     waves = [[ov for c, ov in cells if not any("{runs_root}" in o for o in c.get("overrides", []))],
              [ov for c, ov in cells if any("{runs_root}" in o for o in c.get("overrides", []))]]
     jobs = int(getattr(args, "jobs", 1) or 1)
     for wave in waves:
-        if jobs <= 1:
-            for ov in wave:
-                print(_reproduce_cell(args.experiment, args.runs_root, ov), flush=True)
-            continue
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-        from bnnbench.threads import available_cores
-        cores = max(1, available_cores() // jobs)
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-            for out in pool.map(_reproduce_cell, [args.experiment] * len(wave), [args.runs_root] * len(wave),
-                                wave, [cores] * len(wave)):
-                print(out, flush=True)
+        stopped = _run_wave(args, wave) if jobs <= 1 else _run_wave_in_workers(args, wave, jobs)
+        if stopped:
+            print(f"{args.experiment}: stopped; tables and figures not rewritten", file=sys.stderr, flush=True)
+            return stopped
     figures = args.figures or str(Path(args.out).parent / "figures")    # beside the tables
     cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out=figures))
     return cmd_table(args) if spec.get("reference") or spec.get("leaderboard") else 0
 
 
+def _no_records(args) -> int:
+    """A table of no records would only say "not run" in every cell: say where the records were looked for instead."""
+    root = Path(args.runs_root).resolve()
+    _error(f"no run records of {args.experiment} under {root} (a cell's record is {root}/{args.experiment}/<label>/"
+           f"<data set>/record.json); nothing written. Run its cells with `bnnbench reproduce {args.experiment}`, "
+           "or give --runs-root where your records are")
+    return EXIT_NO_RECORDS
+
+
 def cmd_table(args) -> int:
     from bnnbench.counts import count_line, update_summaries
+    from bnnbench.results import finished_run_dirs
     from bnnbench.tables import build_table, write_tables
     spec = experiment_spec(args.experiment)
     if spec.get("leaderboard"):
         from bnnbench.leaderboard import write_leaderboard
+        if not finished_run_dirs(args.runs_root, args.experiment):
+            return _no_records(args)
         paths = write_leaderboard(spec, Path(args.runs_root), Path(args.out))
         print(f"{args.experiment}: wrote " + ", ".join(str(p) for p in paths.values()))
     else:
         df = build_table(spec, Path(args.runs_root))
+        if (df["verdict"] == "not_run").all():
+            return _no_records(args)
         paths = write_tables(df, spec, Path(args.out))
         print(f"{args.experiment}: {count_line(df)}; wrote " + ", ".join(str(p) for p in paths.values()))
     # the committed report's tables: the generated counts of results/README.md and README.md (between their counts
@@ -277,12 +410,27 @@ def cmd_regression(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The command line. SIGTERM stops it as Ctrl-C does (``bnnbench.signals``); an interruption outside a run (while
+    starting up, rendering tables) is one line and exit 130 (Ctrl-C) or 143 (SIGTERM), never a traceback."""
+    try:
+        with sigterm_interrupts():
+            return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt as e:
+        print(f"\ninterrupted ({how(e)}) while no run was training: nothing to resume", file=sys.stderr, flush=True)
+        return exit_code(e)
+
+
+def _main(argv: list[str]) -> int:
+    from bnnbench.regression_check import MAX_CELL_S   # here: imports numpy, after main's signal handling is in place
     if argv and argv[0] == "run":
+        if any(a in HELP_FLAGS for a in argv[1:]):
+            print(RUN_USAGE)
+            return 0
         return cmd_run(argv[1:])
     p = argparse.ArgumentParser(prog="bnnbench", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("run", help="run one configuration (Hydra overrides follow; -m sweeps)")
+    sub.add_parser("run", help="run one configuration (Hydra overrides follow; -m sweeps; run --help: the syntax)")
     r = sub.add_parser("reproduce", help="run the missing cells of an experiment, then write its tables")
     r.add_argument("experiment")
     r.add_argument("overrides", nargs="*", help="Hydra overrides applied to every cell")

@@ -26,6 +26,50 @@ from bnnbench.methods.base import Batch, Method, State
 from bnnbench.metrics import classification_metrics, regression_metrics
 
 
+ETA_NOTICE_S = 600.0   # a training whose rest is estimated to take longer is announced with its estimate
+ETA_AFTER_EPOCHS, ETA_AFTER_S = 3, 2.0   # its pace is measured over this many epochs, or this many seconds
+
+
+def eta_notice(elapsed_s: float, done: int, left: int, threshold_s: float = ETA_NOTICE_S) -> str | None:
+    """What to print when ``left`` more epochs at the pace of the ``done`` ones so far (``elapsed_s`` seconds) would
+    take longer than ``threshold_s``; ``None`` when they would not. A mistyped epoch count (100000000) otherwise
+    starts silently."""
+    if done <= 0:
+        return None
+    per_epoch = elapsed_s / done
+    rest = per_epoch * left
+    if rest <= threshold_s:
+        return None
+    return (f"estimated {_duration(rest)} for the final training: {left} more epochs at {per_epoch:.3g} s each "
+            "(measured on the first epochs; Ctrl-C stops the run)")
+
+
+def _duration(seconds: float) -> str:
+    minutes = seconds / 60
+    if minutes < 120:
+        return f"{minutes:.0f} min"
+    return f"{minutes / 60:.1f} h" if minutes < 48 * 60 else f"{minutes / 1440:.1f} days"
+
+
+class EtaNotice:
+    """Prints ``eta_notice`` once, after the first epochs of a training (``ETA_AFTER_EPOCHS`` or ``ETA_AFTER_S``),
+    when ``enabled``: a long final training says so before it goes on."""
+
+    def __init__(self, enabled: bool):
+        self.pending, self.t0 = enabled, time.perf_counter()
+
+    def epoch_done(self, done: int, left: int) -> None:
+        if not self.pending:
+            return
+        elapsed = time.perf_counter() - self.t0
+        if done < ETA_AFTER_EPOCHS and elapsed < ETA_AFTER_S and left > 0:
+            return
+        self.pending = False
+        msg = eta_notice(elapsed, done, left, ETA_NOTICE_S)
+        if msg:
+            print(msg, flush=True)
+
+
 class DivergenceError(RuntimeError):
     """Training produced a non-finite objective or state."""
 
@@ -238,7 +282,8 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
           stop_on_divergence: bool = True, progress: bool = False, desc: str = "",
           lr_drop: dict | None = None, checkpoint: Path | None = None,
           checkpoint_every: int = 10, eval_samples_final: int | None = None,
-          replica_offset: int = 0, augment: dict | None = None, last_batch: str | None = None) -> TrainResult:
+          replica_offset: int = 0, augment: dict | None = None, last_batch: str | None = None,
+          announce_eta: bool = False) -> TrainResult:
     """Run ``epochs`` passes of ``method.update`` over every replica at once.
 
     Evaluates every ``eval_every`` epochs (and at the end), recording the evaluation metrics and the
@@ -255,7 +300,8 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     result is the same as without the interruption. The caller removes the file when done.
     ``replica_offset`` numbers the replicas in messages (a chunk of a larger run, ``replica_workers``).
     ``augment = {"image_shape", "crop_pad", "flip"}`` crops and flips every training minibatch (``augment.crop_flip``,
-    from the same generator). ``last_batch``: ``epoch_batches``.
+    from the same generator). ``last_batch``: ``epoch_batches``. ``announce_eta``: print an estimate of the time
+    left after the first epochs when it is long (``EtaNotice``).
     """
     history = History()
     R = data.n_replicas
@@ -271,6 +317,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     bar = tqdm(range(start, epochs), desc=desc or method.name, disable=None if progress else True, leave=False,
                initial=start, total=epochs)
     lr_scale = 1.0
+    eta = EtaNotice(announce_eta)
     for epoch in bar:
         if lr_drop and epoch >= float(lr_drop["at"]) * epochs:
             lr_scale = float(lr_drop["factor"])
@@ -297,6 +344,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
                 raise DivergenceError(
                     f"{method.name} diverged at epoch {epoch + 1}: non-finite objective or state in "
                     f"replica(s) {(newly.nonzero().flatten() + replica_offset).tolist()}")
+        eta.epoch_done(epoch + 1 - start, epochs - epoch - 1)
         last = epoch == epochs - 1
         if last or (eval_every and (epoch + 1) % eval_every == 0):
             m = evaluate(method, state, data, eval_samples_final if last and eval_samples_final else eval_samples,

@@ -163,7 +163,7 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
     pairs = [(s.train, s.test) for s in splits]
     opts = FitOptions(device=device, dtype=dtype, eval_every=spec.eval_every, stop_on_divergence=True,
                       progress=cfg.get("progress", False), desc=f"{cfg.method.name} {ds.name}",
-                      checkpoint=resume.fit, checkpoint_every=int(cfg.get("checkpoint_every", 10)))
+                      checkpoint=resume.fit, checkpoint_every=int(cfg.get("checkpoint_every", 10)), announce_eta=True)
     workers = cfg.get("workers")
     al_entry = None
     try:

@@ -102,7 +102,8 @@ def fit_in_workers(spec, ds, pairs, data_index, hparams, generator, opts: FitOpt
         used = sorted(set(data_index[idx.start:idx.stop]))
         where = {u: i for i, u in enumerate(used)}
         chunk_opts = replace(opts, checkpoint=part_path(opts.checkpoint, c, len(parts)),
-                             replica_offset=opts.replica_offset + idx.start, progress=opts.progress and c == 0)
+                             replica_offset=opts.replica_offset + idx.start, progress=opts.progress and c == 0,
+                             announce_eta=opts.announce_eta and c == 0)
         jobs.append((spec, ds, [pairs[u] for u in used], [where[d] for d in data_index[idx.start:idx.stop]],
                      hparams[idx.start:idx.stop], seeds[c], threads, chunk_opts,
                      None if init_state is None else split_state(init_state, idx, R)))

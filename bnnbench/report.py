@@ -26,12 +26,22 @@ td:first-child{text-align:left}.not_run{background:#eee;color:#777}.unattributed
 nav a{margin-right:1em}"""
 
 
-def _page(title: str, body: str, depth: int) -> str:
+def _page(title: str, body: str, depth: int, notes: bool = True) -> str:
+    """A page of the site ``depth`` folders below its root; its navigation links the notes page where there is one."""
     up = "../" * depth
+    notes_link = f"<a href=\"{up}notes.html\">notes (protocols, deviations, misses)</a>" if notes else ""
     return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style></head><body><nav><a href=\"{up}index.html\">index</a>"
-            f"<a href=\"{up}notes.html\">notes (protocols, deviations, misses)</a></nav>"
+            f"<style>{CSS}</style></head><body><nav><a href=\"{up}index.html\">index</a>{notes_link}</nav>"
             f"<h1>{html.escape(title)}</h1>{body}</body></html>")
+
+
+def _listing(heading: str, links: list[tuple]) -> list[str]:
+    """A section of the front page: ``heading`` and a list of ``(href, text[, html after the link])`` links; nothing
+    where there is none."""
+    if not links:
+        return []
+    return [f"<h2>{_esc(heading)}</h2><ul>",
+            *(f"<li><a href=\"{h}\">{_esc(t)}</a>{rest[0] if rest else ''}</li>" for h, t, *rest in links), "</ul>"]
 
 
 def _esc(x) -> str:
@@ -78,7 +88,7 @@ class _Plots:
         return out
 
 
-def _run_page(site: Path, rel: str, rec: dict, hist: dict | None, plots: _Plots) -> None:
+def _run_page(site: Path, rel: str, rec: dict, hist: dict | None, plots: _Plots, notes: bool) -> None:
     path = site / "runs" / f"{rel}.html"
     depth = rel.count("/") + 1
     keys = [k for k in rec.get("metrics", [{}])[0] if k != "split"]
@@ -120,7 +130,7 @@ def _run_page(site: Path, rel: str, rec: dict, hist: dict | None, plots: _Plots)
             img = plots.lines(site / "runs" / f"{rel}_{key}.png", series, "epoch", key,
                               f"{key} during training, one line per split")
             body.append(f"<h2>Convergence: {_esc(key)}</h2><img src=\"{img.name}\" alt=\"{_esc(key)}\">")
-    _write(path, _page(f"{rec.get('method')} on {rec.get('dataset')} ({rel})", "\n".join(body), depth))
+    _write(path, _page(f"{rec.get('method')} on {rec.get('dataset')} ({rel})", "\n".join(body), depth, notes))
 
 
 def readme_text(results: Path) -> str:
@@ -167,17 +177,18 @@ def _note_of(spec: dict, row: dict, misses: list[tuple[str, str]]) -> str | None
     return None
 
 
-def _table_page(site: Path, exp: str, spec: dict, df, runs_root: Path, misses: list[tuple[str, str]]) -> dict:
+def _table_page(site: Path, exp: str, spec: dict, df, runs_root: Path, misses: list[tuple[str, str]],
+                notes: bool) -> dict:
     """Write the table's page; returns its counts (:func:`bnnbench.counts.tally`)."""
     from bnnbench.counts import count_line, method_line, tally
     from bnnbench.render import COUNT_NOTE
     from bnnbench.results import run_dir
     counts = tally(df)
     line = count_line(counts)
+    see = " Verdict rule, protocols, deviations and misses: <a href=\"../notes.html\">notes</a>." if notes else ""
     rows = [f"<p class=counts><b>{_esc(line)}</b><br>{_esc(method_line(df))}<br>{_esc(COUNT_NOTE)}</p>",
             "<p>Generated from the run records by the code of <code>bnnbench table</code>. "
-            f"{_esc(spec.get('title', exp))}. Verdict rule, protocols, deviations and misses: "
-            "<a href=\"../notes.html\">notes</a>.</p><table><tr><th class=l>data set</th><th class=l>metric</th>"
+            f"{_esc(spec.get('title', exp))}.{see}</p><table><tr><th class=l>data set</th><th class=l>metric</th>"
             "<th class=l>method</th><th>ours</th><th>paper</th><th>verdict</th><th class=l>run</th></tr>"]
     for r in df.to_dict("records"):
         label, ds = r.get("selected") or r.get("our_method"), r.get("our_dataset")
@@ -196,7 +207,7 @@ def _table_page(site: Path, exp: str, spec: dict, df, runs_root: Path, misses: l
                     f"<td>{_fmt(r['ours'], r['ours_se'])}</td><td>{paper_s}</td><td>{verdict}</td>"
                     f"<td class=l>{link}</td></tr>")
     rows.append("</table>")
-    _write(site / "tables" / f"{exp}.html", _page(spec.get("title", exp), "\n".join(rows), 1))
+    _write(site / "tables" / f"{exp}.html", _page(spec.get("title", exp), "\n".join(rows), 1, notes))
     return counts
 
 
@@ -213,6 +224,7 @@ def build_site(results: Path, out: Path) -> list[Path]:
     plots = _Plots()
     readme = readme_text(results)
     misses = _misses(readme)
+    notes = bool(readme.strip())
     tables, front = [], ""
     for exp in list_names("experiment"):
         if not (results / "tables" / f"{exp}.csv").exists():
@@ -223,36 +235,41 @@ def build_site(results: Path, out: Path) -> list[Path]:
             if spec["leaderboard"].get("open"):
                 front = html
             else:
-                _write(tmp / "tables" / f"{exp}.html", _page(spec.get("title", exp), html, 1))
+                _write(tmp / "tables" / f"{exp}.html", _page(spec.get("title", exp), html, 1, notes))
                 tables.append((exp, spec.get("title", exp), None))
             continue
-        counts = _table_page(tmp, exp, spec, build_table(spec, runs_root), runs_root, misses)
+        counts = _table_page(tmp, exp, spec, build_table(spec, runs_root), runs_root, misses, notes)
         tables.append((exp, spec.get("title", exp), counts))
     for rec_path in sorted(runs_root.glob("*/*/*/record.json")):
         rec = load_record(rec_path.parent)
         if rec is not None:
-            _run_page(tmp, str(rec_path.parent.relative_to(runs_root)), rec, load_history(rec_path.parent), plots)
+            _run_page(tmp, str(rec_path.parent.relative_to(runs_root)), rec, load_history(rec_path.parent), plots,
+                      notes)
     figures = []
     for png in sorted((results / "figures").glob("*.png")):
         (tmp / "figures").mkdir(exist_ok=True)
         shutil.copy(png, tmp / "figures" / png.name)
-        _write(tmp / "figures" / f"{png.stem}.html", _page(png.stem, f"<img src=\"{png.name}\" alt=\"{png.stem}\">", 1))
+        _write(tmp / "figures" / f"{png.stem}.html",
+               _page(png.stem, f"<img src=\"{png.name}\" alt=\"{png.stem}\">", 1, notes))
         figures.append(png.stem)
-    notes = _notes_html(readme)
-    _write(tmp / "notes.html", _page("Notes: protocols, deviations, misses (results/README.md)", notes, 0))
-    body = [front or "<p>No leaderboard records yet.</p>", "<h2>Paper tables</h2>"]
+    if notes:
+        _write(tmp / "notes.html", _page("Notes: protocols, deviations, misses (results/README.md)",
+                                         _notes_html(readme), 0))
     from bnnbench.counts import FAR_Z, add_tallies, count_line
+    body = [front or "<p>No leaderboard records yet.</p>"]
     judged = [c for _, _, c in tables if c]
     if judged:
+        see = " (a cell better by |z| &gt; {:g} is a discrepancy{})".format(
+            FAR_Z, ", explained in the <a href=\"notes.html\">notes</a>" if notes else "")
         body.append(f"<p><b>All tables: {_esc(count_line(add_tallies(judged), percent=True))}</b>. Reproduced is the "
-                    "headline: the cells better than the paper are beside it, not in it (a cell better by |z| &gt; "
-                    f"{FAR_Z:g} is a discrepancy, explained in the <a href=\"notes.html\">notes</a>).</p>")
-    body.append("<ul>")
-    body += [f"<li><a href=\"tables/{e}.html\">{_esc(t)}</a>" + (f": <b>{_esc(count_line(c))}</b>" if c else "")
-             + "</li>" for e, t, c in tables]
-    body += ["</ul><h2>Figures</h2><ul>"] + [f"<li><a href=\"figures/{f}.html\">{_esc(f)}</a></li>" for f in figures]
-    body.append("</ul>")
-    _write(tmp / "index.html", _page("bnnbench results", "\n".join(body), 0))
+                    f"headline: the cells better than the paper are beside it, not in it{see}.</p>")
+    body += [*_listing("Paper tables", [(f"tables/{e}.html", t, f": <b>{_esc(count_line(c))}</b>" if c else "")
+                                        for e, t, c in tables]),
+             *_listing("Figures", [(f"figures/{f}.html", f) for f in figures])]
+    if not (tables or figures):
+        body.append(f"<p>No tables or figures yet under {_esc(results)}: <code>bnnbench reproduce &lt;experiment&gt;"
+                    "</code> runs an experiment's cells and writes them, then <code>bnnbench report</code> again.</p>")
+    _write(tmp / "index.html", _page("bnnbench results", "\n".join(body), 0, notes))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return sorted(out.rglob("*.html"))

@@ -44,12 +44,8 @@ def claimed(run_dir: Path):
     """Hold ``run_dir`` for this process while a run trains there: a second process asking for it (the same
     command started twice, or ``reproduce --jobs``) is refused at once instead of training the same cells again."""
     run_dir = Path(run_dir)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise RunDirError(f"cannot write the run directory {run_dir}: {e.strerror}; "
-                          "choose another place with runs_root=<dir>") from None
+    created = _missing_dirs(run_dir)
+    fd = _open_lock(run_dir)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -63,10 +59,43 @@ def claimed(run_dir: Path):
             yield run_dir
         finally:
             (run_dir / LOCK).unlink(missing_ok=True)
-            if not any(run_dir.iterdir()):
-                run_dir.rmdir()  # a run refused before it wrote anything leaves no trace
+            _remove_if_empty([run_dir, *created[1:]])  # a run refused before it wrote anything leaves no trace
     finally:
         os.close(fd)
+
+
+def _missing_dirs(run_dir: Path) -> list[Path]:
+    """``run_dir`` and those of its ancestors that do not exist yet, innermost first: what claiming it creates."""
+    out = []
+    for d in (run_dir, *run_dir.parents):
+        if d.exists():
+            break
+        out.append(d)
+    return out
+
+
+def _open_lock(run_dir: Path, tries: int = 3) -> int:
+    """The lock file's descriptor, ``run_dir`` created first. A parent that another refused run removes between the two
+    steps (``_remove_if_empty``) is created again."""
+    for k in range(tries):
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            return os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            if k == tries - 1:
+                raise RunDirError(f"cannot create the run directory {run_dir}: its parents keep vanishing") from None
+        except OSError as e:
+            raise RunDirError(f"cannot write the run directory {run_dir}: {e.strerror}; "
+                              "choose another place with runs_root=<dir>") from None
+
+
+def _remove_if_empty(dirs: list[Path]) -> None:
+    """Remove each of ``dirs`` (innermost first) while it is empty; stop at the first that holds anything."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            return
 
 
 class ResumeFiles:
@@ -245,6 +274,13 @@ def write_failure(run_dir: Path, reason: str, record: dict) -> Path:
     (run_dir / RECORD).unlink(missing_ok=True)
     atomic_write_json(run_dir / FAILED, {**record, "status": "failed", "reason": reason})
     return run_dir / FAILED
+
+
+def finished_run_dirs(runs_root, experiment: str | None) -> list[Path]:
+    """The run directories of ``experiment`` (``None``: the ad-hoc runs) under ``runs_root`` that hold a record or a
+    failure."""
+    return sorted(d for d in (Path(runs_root) / (experiment or ADHOC)).glob("*/*")
+                  if (d / RECORD).is_file() or (d / FAILED).is_file())
 
 
 def load_record(run_dir: Path) -> dict | None:

@@ -89,7 +89,7 @@ def test_ctrl_c_says_where_the_checkpoint_is_and_the_same_command_resumes(tmp_pa
     restore = ctrl_c_at_evaluation(monkeypatch, 3)   # epoch 3, after the epoch-2 checkpoint
     assert main(["run", *ov, "protocol.eval_every=1"]) == 130
     err = capsys.readouterr().err
-    assert "interrupted: resume state kept in" in err and "the same command resumes it" in err
+    assert "interrupted (Ctrl-C): resume state kept in" in err and "the same command resumes it" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     restore()
     assert main(["run", *ov, "protocol.eval_every=1"]) == 0

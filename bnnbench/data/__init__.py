@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ChecksumError, DataError, DataMissingError, UnknownDatasetError
+from .errors import ChecksumError, DataError, DataMissingError, NonFiniteDataError, UnknownDatasetError
 
 __all__ = [
     "Split", "Dataset", "list_datasets", "load_dataset", "fetch", "dataset_files",
-    "DataError", "UnknownDatasetError", "DataMissingError", "ChecksumError", "cli",
+    "DataError", "UnknownDatasetError", "DataMissingError", "ChecksumError", "NonFiniteDataError", "cli",
 ]
 
 log = logging.getLogger("bnnbench.data")
@@ -162,13 +162,15 @@ def load_dataset(name: str) -> Dataset:
     if spec["family"] == "synthetic":  # generated from its parameters: nothing to fetch or cache
         from .synthetic import build
         built = build(name, spec)
-        _check_dataset(built)
+        _check_dataset(built, f"its generator ({spec['family']})")
         return built
     path = store.canonical_path(name)
     sources = registry.source_digests(name)
     if path.is_file():
         try:
             ds = _read_canonical(path, name, sources)
+        except NonFiniteDataError:
+            raise
         except Exception as exc:  # unreadable / truncated npz: rebuild it
             log.warning("rebuilding %s: cannot read %s (%s)", name, path, exc)
             ds = None
@@ -186,7 +188,7 @@ def prepare(name: str, *, spec: dict | None = None, sources: dict | None = None)
     files = store.ensure_dataset_files(name)  # fetches missing files, re-verifies cached ones
     module = importlib.import_module(f"{__name__}.{spec['family']}")
     built = module.build(name, spec, files)
-    _check_dataset(built)
+    _check_dataset(built, "its raw files " + ", ".join(str(p) for p in files.values()))
     path = store.canonical_path(name)
     store.atomic_savez(path, _to_arrays(built, sources))
     log.info("wrote %s", path)
@@ -197,7 +199,9 @@ def prepare(name: str, *, spec: dict | None = None, sources: dict | None = None)
 
 
 # ----------------------------------------------------------------------------- canonical npz
-def _check_dataset(ds: Dataset) -> None:
+def _check_dataset(ds: Dataset, source: str) -> None:
+    """Splits that index inside the data and never overlap, and finite values (``source`` says where they came from)."""
+    _check_finite(ds.name, {"X": ds.X, "y": ds.y}, source, rebuild=False)
     n = len(ds.X)
     extra = [v for v in ds.meta.values() if isinstance(v, Split)]
     for s in list(ds.splits) + extra:
@@ -208,6 +212,26 @@ def _check_dataset(ds: Dataset) -> None:
             raise DataError(f"{ds.name}: split {s.name} train and test overlap")
         if len(np.unique(s.train)) != len(s.train) or len(np.unique(s.test)) != len(s.test):
             raise DataError(f"{ds.name}: split {s.name} has repeated indices")
+
+
+def _check_finite(name: str, arrays: dict[str, np.ndarray], source: str, rebuild: bool) -> None:
+    """A NaN or infinity in a data set makes every method stop with "diverged at epoch 1", which blames the method:
+    raise ``NonFiniteDataError`` naming the data set, ``source`` (the file) and the rows instead. ``rebuild``: the
+    values come from the cache, which the raw files (checksum-verified) rebuild; else the source itself holds them."""
+    for key, a in arrays.items():
+        if not np.issubdtype(a.dtype, np.floating) or np.isfinite(np.sum(a, dtype=np.float64)):
+            continue   # one pass, no mask: a sum is finite when every value is (short of overflow past 1e308)
+        bad = ~np.isfinite(a.reshape(len(a), -1)).all(axis=1) if a.ndim > 1 else ~np.isfinite(a)
+        if not bad.any():
+            continue
+        rows = np.flatnonzero(bad)
+        shown = ", ".join(str(r) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+        said = f"{name}: {source} holds NaN or infinite values in {key} ({len(rows)} row(s): {shown}); the data " \
+               "is broken, not the method."
+        fix = (" Delete that file (it is rebuilt from the checksum-verified raw files on next use), or run "
+               f"`bnnbench data fetch {name}`, which rebuilds it.") if rebuild else \
+            f" Check the raw files of {name} (`bnnbench data fetch {name}` fetches and verifies them again)."
+        raise NonFiniteDataError(said + fix)
 
 
 def _to_arrays(ds: Dataset, sources: dict) -> dict[str, np.ndarray]:
@@ -248,6 +272,7 @@ def _read_canonical(path: Path, name: str, sources: dict) -> Dataset | None:
             or header.get("sources") != sources):
         log.info("canonical %s is stale; rebuilding", path)
         return None
+    _check_finite(name, {"X": a["X"], "y": a["y"]}, f"the cached data file {path}", rebuild=True)
     meta = dict(header["meta"])
     X = a["X"]
     storage = meta.get("x_storage")
@@ -265,6 +290,16 @@ def _read_canonical(path: Path, name: str, sources: dict) -> Dataset | None:
 
 
 # ----------------------------------------------------------------------------- CLI
+def _load_or_rebuild(name: str) -> Dataset:
+    """``load_dataset``, with a cached file of non-finite values rebuilt from the verified raw files (what the
+    error of ``_check_finite`` tells a user to run this for)."""
+    try:
+        return load_dataset(name)
+    except NonFiniteDataError as exc:
+        log.warning("rebuilding %s: %s", name, exc)
+        return prepare(name)
+
+
 def cli(argv: list[str] | None = None) -> int:
     """``fetch NAME [NAME ...] | all``, ``--list``; used by data_scripts/fetch.py and
     usable by the ``bnnbench data fetch`` sub-command."""
@@ -310,7 +345,7 @@ def cli(argv: list[str] | None = None) -> int:
         try:
             paths = fetch(n)
             if args.prepare:
-                load_dataset(n)
+                _load_or_rebuild(n)
             print(f"ok    {n} ({len(paths)} files)")
         except DataError as exc:
             failed.append(n)

@@ -26,6 +26,10 @@ class DataMissingError(DataError):
     """A raw file is neither cached, nor in the mirror, nor downloadable."""
 
 
+class NonFiniteDataError(DataError):
+    """A data set whose inputs or targets hold NaN or infinite values: every method would "diverge" on it."""
+
+
 class ChecksumError(DataError):
     """A fetched or cached file does not have the registered digest."""
 
