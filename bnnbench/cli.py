@@ -467,6 +467,8 @@ def _main(argv: list[str]) -> int:
     g.add_argument("--max-cell-s", type=float, default=MAX_CELL_S,
                    help="re-run a cell outside its experiment's own subset when its record says the re-run takes "
                         "at most this many seconds (default %(default)s)")
+    g.add_argument("--references", action="store_true",
+                   help="with --only: re-run the reference runs (HMC) of paired metrics it names, not only the columns")
     g.add_argument("--list", action="store_true", help="list the cells it would re-run, with their cost; run nothing")
     g.add_argument("--rerecord", action="store_true",
                    help="write the re-runs' numbers into the committed records where they moved (a deliberate change)")

@@ -15,7 +15,9 @@ fixed-hyper-parameter cells re-run whole). Each is re-run with its record's own 
 Every moved number is listed with its cell, and the check fails. A deliberate change that moves numbers comes with
 re-recorded cells: ``bnnbench regression --rerecord --reason "..."`` writes the re-run's numbers into the committed
 records (the configuration, its hash and the search's trace kept; a ``rerecorded`` entry names the commit before and
-the reason), after which ``make tables`` re-renders the tables.
+the reason), after which ``make tables`` re-renders the tables. ``--references --only <cells>`` re-runs the
+reference runs of paired metrics (HMC) it names too, instead of letting their records stand in (with ``--rerecord``,
+a record whose sampler diagnostics changed is re-written as well: the estimators of ``bnnbench.mcmc`` moved).
 """
 
 from __future__ import annotations
@@ -144,11 +146,14 @@ def table_moves(exp: str, old, new, rtol: float = 0.0) -> list[Moved]:
     return out
 
 
-def selected_cells(exp: str, spec: dict, results: Path, max_cell_s: float, only: list[str]) -> list[dict]:
-    """The cells of ``exp`` this check re-runs (see the module's docstring)."""
+def selected_cells(exp: str, spec: dict, results: Path, max_cell_s: float, only: list[str],
+                   references: set[str] = frozenset()) -> list[dict]:
+    """The cells of ``exp`` this check re-runs (see the module's docstring); the reference runs of paired metrics
+    whose labels are in ``references`` too, where ``only`` names them (HMC: minutes a cell)."""
     out = []
     for cell in spec["runs"]:
-        if column_of(cell, spec) is None:
+        reference = cell_label(cell) in references
+        if column_of(cell, spec) is None and not reference:
             continue
         name = f"{exp}/{cell_label(cell)}/{cell['data']}"
         if only and not any(name == o or name.startswith(o.rstrip("/") + "/") for o in only):
@@ -156,7 +161,7 @@ def selected_cells(exp: str, spec: dict, results: Path, max_cell_s: float, only:
         rec = load_record(run_dir(results / "runs", exp, cell_label(cell), cell["data"]))
         if rec is None or rec.get("status") != "ok":
             continue
-        if is_fast(cell, spec) or rerun_cost(rec) <= max_cell_s:
+        if (reference and only) or (not reference and (is_fast(cell, spec) or rerun_cost(rec) <= max_cell_s)):
             out.append(cell)
     return out
 
@@ -196,6 +201,7 @@ def main(args) -> int:
     only = list(getattr(args, "only", None) or [])
     max_cell_s = float(getattr(args, "max_cell_s", MAX_CELL_S))
     rerecording = bool(getattr(args, "rerecord", False))
+    references = bool(getattr(args, "references", False))
     if rerecording and not getattr(args, "reason", None):
         print("error: --rerecord needs --reason \"why the numbers move\" (it is stored in each re-recorded record)")
         return 2
@@ -209,7 +215,9 @@ def main(args) -> int:
         spec = experiment_spec(exp)
         if spec.get("leaderboard"):
             continue   # no published numbers: nothing to regress against (its cells are the other tables' methods)
-        cells = selected_cells(exp, spec, results, max_cell_s, only)
+        against = {str(m["against"]) for m in (spec.get("metrics") or {}).values()
+                   if isinstance(m, dict) and m.get("against")}
+        cells = selected_cells(exp, spec, results, max_cell_s, only, against if references else frozenset())
         if listing:
             for c in cells:
                 cost = rerun_cost(load_record(run_dir(results / "runs", exp, cell_label(c), c["data"])))
@@ -222,16 +230,14 @@ def main(args) -> int:
         old = load_table(table)
         chosen = set(zip(old["our_dataset"], old["selected"])) if "selected" in old else set()
         cands = candidate_of(spec)
-        against = {str(m["against"]) for m in (spec.get("metrics") or {}).values()
-                   if isinstance(m, dict) and m.get("against")}
         rerun = {(cell_label(c), c["data"]) for c in cells}
         done = []
         for cell in spec["runs"]:
             label = cell_label(cell)
             src = run_dir(results / "runs", exp, label, cell["data"])
             dst = run_dir(runs_root, exp, label, cell["data"])
-            stand_in = (label in against or (label in cands and (cell["data"], label) not in chosen)
-                        or (label, cell["data"]) not in rerun)
+            unchosen = label in cands and (cell["data"], label) not in chosen
+            stand_in = (label in against and not references) or unchosen or (label, cell["data"]) not in rerun
             if stand_in:
                 # a paired metric's reference run, a grid point the table did not choose, a cell not re-run: its
                 # record stands in, so the rebuilt table's other cells are computed as in the committed one
@@ -247,9 +253,10 @@ def main(args) -> int:
             now = execute(compose(ov), ov, dst)
             recorded = load_record(src)
             moves = record_moves(exp, f"{label} on {cell['data']}", recorded, now, rtol)
-            if moves and rerecording:
+            if rerecording and (moves or now.get("diagnostics") != recorded.get("diagnostics")):
                 rerecord(src, dst, now, args.reason)
-                print(f"   re-recorded {src} ({len(moves)} number(s) moved)")
+                print(f"   re-recorded {src} ({len(moves)} number(s) moved"
+                      f"{'' if now.get('diagnostics') == recorded.get('diagnostics') else ', diagnostics changed'})")
             moved += [] if rerecording else moves
             checked_cells += 1
             done.append(cell)
