@@ -200,7 +200,8 @@ def report(runs_root: Path, experiments: list[str] | None, markdown: bool, measu
                      f"cell compositions x {compose_s:.2f} s = {hours(outside)} h")
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     lines.append(f"projected: {hours(total)} h on one core" + (f" (at best {hours(total / n)} h with JOBS={n} on all "
-                 f"{n} cores, idle)" if n > 1 else "") + "; tables and figures (seconds each) not counted")
+                 f"{n} cores, idle)" if n > 1 else "") + "; tables and figures (seconds each) not counted; the records "
+                 "hold what each run took when it ran, many beside other jobs: on idle cores less")
     if sum(missing.values()):
         lines.append("not projected (no record: their cost is unknown): "
                      + ", ".join(f"{e} {n} cell(s)" for e, n in missing.items() if n))
