@@ -156,6 +156,10 @@ def run_job(experiment: str, runs_root: str, job: Job, out: Path, cwd: str, core
     writes into ``out/result.json``, ``{"job", "status" (ok | failed | interrupted), "lines", "error", "cell"}``."""
     from bnnbench.cli import _reproduce_cell
     from bnnbench.results import atomic_write_json
+    try:   # a cell stopped by a signal, where the command line turns signals into this (bnnbench.signals)
+        from bnnbench.signals import CellInterrupted
+    except ImportError:
+        CellInterrupted = ()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     os.chdir(cwd)   # --runs-root as typed: relative to where the command was started
@@ -178,9 +182,15 @@ def run_job(experiment: str, runs_root: str, job: Job, out: Path, cwd: str, core
                 result.update(status="interrupted", cell=title,
                               error="interrupted; its resume state is kept and the same command resumes it")
                 break
+            except CellInterrupted as e:
+                result.update(status="interrupted", cell=title, error=e.args[0] if e.args else "interrupted")
+                break
             except BaseException as e:   # noqa: BLE001 - a job reports every failure by its cell, never dies of it
                 traceback.print_exc()
                 result.update(status="failed", cell=title, error=f"{type(e).__name__}: {e}")
+                break
+            if text is None:   # a cell not started: this process was told to stop
+                result.update(status="interrupted", cell=title, error="not started: the job was told to stop")
                 break
             print(text, flush=True)
             result["lines"].append(text)
