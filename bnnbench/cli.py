@@ -176,7 +176,8 @@ def cmd_reproduce(args) -> int:
                 print(out, flush=True)
     figures = args.figures or str(Path(args.out).parent / "figures")    # beside the tables
     cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out=figures))
-    return (cmd_table(args) if spec.get("reference") or spec.get("leaderboard") else 0) or launched
+    tables = cmd_table(args) if spec.get("reference") or spec.get("leaderboard") else 0
+    return launched or tables   # a failed job's exit code first
 
 
 def cmd_table(args) -> int:
