@@ -8,6 +8,8 @@ RUNS   ?= results/runs
 EXPERIMENTS ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_fig1 gi_fig2 gi_tableG uci_leaderboard
 TABLES ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_tableG slang_table3 uci_leaderboard   # MNIST's cells are GPU work (device=cuda) or, on a CPU, protocol=slang_mnist_50k
 JOBS   ?= 1
+LAUNCHER ?=        # e.g. joblib, submitit_slurm: each cell one job through Hydra's launcher (README: On a cluster)
+LAUNCHER_ARGS ?=   # e.g. --partition gpu --time 60 --cpus 2
 ARGS   ?=
 PYTEST_ARGS ?=
 
@@ -38,8 +40,8 @@ lint:  ## ruff check (rules in pyproject.toml)
 data:  ## fetch, verify and convert every data set (BNNBENCH_MIRROR=<dir> to copy from a mirror)
 	$(BNN) data fetch all
 
-reproduce-tables:  ## run every missing cell of the paper tables, then write results/tables/ (and the READMEs' generated counts)
-	for e in $(EXPERIMENTS); do $(BNN) reproduce $$e progress=false --jobs $(JOBS) --runs-root $(RUNS) --out results/tables || exit 1; done
+reproduce-tables:  ## run every missing cell of the paper tables, then write results/tables/ (and the READMEs' generated counts); LAUNCHER=joblib|submitit_slurm: one job per cell
+	for e in $(EXPERIMENTS); do $(BNN) reproduce $$e progress=false --jobs $(JOBS) --runs-root $(RUNS) --out results/tables $(if $(strip $(LAUNCHER)),--launcher $(strip $(LAUNCHER)) $(LAUNCHER_ARGS)) || exit 1; done
 
 tables:  ## re-render results/tables/ from the records in results/runs (no training), and the generated counts of README.md and results/README.md
 	for e in $(TABLES); do $(BNN) table $$e --runs-root $(RUNS) --out results/tables || exit 1; done

@@ -281,6 +281,12 @@ def cmd_reproduce(args) -> int:
                       for ds in spec["datasets"] if keep_data is None or ds in keep_data]
     waves = [[ov for c, ov in cells if not any("{runs_root}" in o for o in c.get("overrides", []))],
              [ov for c, ov in cells if any("{runs_root}" in o for o in c.get("overrides", []))]]
+    launched = 0
+    from bnnbench import launchers
+    if launchers.wanted(args):   # one job per cell (or shared selection) through a Hydra launcher (launchers.py)
+        launched, waves = launchers.launch(args, cells), []
+        if launched == EXIT_CONFIG:
+            return launched
     jobs = int(getattr(args, "jobs", 1) or 1)
     for wave in waves:
         stopped = _run_wave(args, wave) if jobs <= 1 else _run_wave_in_workers(args, wave, jobs)
@@ -289,7 +295,8 @@ def cmd_reproduce(args) -> int:
             return stopped
     figures = args.figures or str(Path(args.out).parent / "figures")    # beside the tables
     cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out=figures))
-    return cmd_table(args) if spec.get("reference") or spec.get("leaderboard") else 0
+    tables = cmd_table(args) if spec.get("reference") or spec.get("leaderboard") else 0
+    return launched or tables   # a failed job's exit code first
 
 
 def _no_records(args) -> int:
@@ -440,6 +447,8 @@ def _main(argv: list[str]) -> int:
     r.add_argument("--jobs", type=int, default=1, help="cells run at a time in worker processes")
     r.add_argument("--data", help="only the cells of these data sets (comma list, e.g. libsvm/a1a,usps/3vs5)")
     r.add_argument("--label", help="only the cells of these methods / run labels (comma list)")
+    from bnnbench.launchers import add_arguments as launcher_arguments
+    launcher_arguments(r)   # --launcher joblib | submitit_slurm | ... and its settings
     t = sub.add_parser("table", help="render an experiment's table from its run records")
     t.add_argument("experiment")
     t.add_argument("--runs-root", default=RECORDS, help=RECORDS_HELP)

@@ -89,9 +89,10 @@ def full_float32() -> None:
     torch.backends.cudnn.allow_tf32 = False
 
 
-def resolve_run(cfg: DictConfig, overrides: list[str]):
+def resolve_run(cfg: DictConfig, overrides: list[str], run_dir: Path | None = None):
     """The data set, run spec and splits of ``cfg``, and the resolved configuration that a record stores and
-    whose hash (``results.config_hash``) decides whether a finished record can be reused."""
+    whose hash (``results.config_hash``) decides whether a finished record can be reused. With ``run_dir``, a
+    ``threads=auto`` count is the one its record or resume state already has (``threads.adopt_earlier``)."""
     ds = load_dataset(cfg.data.name)
     spec = resolve(cfg, CommandLine.parse(overrides), meta=ds.meta)
     if ds.task != spec.task and not (spec.task == "binary" and ds.task == "binary"):
@@ -104,6 +105,8 @@ def resolve_run(cfg: DictConfig, overrides: list[str]):
                 "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
                 "dtype": cfg.get("dtype", "float32"), "workers": cfg.get("workers"),
                 "threads": threads.choose(cfg.get("threads", "auto"), threads.network_params(spec, ds))}
+    if run_dir is not None:
+        resolved = threads.adopt_earlier(cfg.get("threads", "auto"), resolved, run_dir)
     return ds, spec, splits, resolved
 
 
@@ -121,7 +124,7 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
 def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
     t0 = time.perf_counter()
     commit = results.git_commit()  # first call in the process: the code this process runs
-    ds, spec, splits, resolved = resolve_run(cfg, overrides)
+    ds, spec, splits, resolved = resolve_run(cfg, overrides, run_dir)
     threads.apply(resolved["threads"])  # before any torch work
     device = device_of(cfg)
     dtype = {"float32": torch.float32, "float64": torch.float64}[cfg.get("dtype", "float32")]

@@ -31,11 +31,34 @@ A run applies its count with ``apply`` once it knows its network (after reading 
 work) and records it (``record.json``: ``config.threads`` and ``versions.torch_threads``). Parallelism for small
 networks comes from processes: a worker of ``workers=W`` gets ``max(1, threads // W)`` threads, and each cell of
 ``reproduce --jobs N`` may use ``cores() // N`` cores (``share_cores``), so ``auto`` stays 1 for its small networks.
+
+The load (issue 31). ``auto`` gave a convolutional network both cores beside three other jobs: 392 s where one thread
+took 27 s. For a large network ``auto`` is now the cores this process may use (``usable_cores``: its affinity mask,
+``os.sched_getaffinity``, capped by a cgroup CPU quota) that are not busy with other work, at least 1: with one of
+two cores busy it is 1. How busy: ``busy_cores`` samples ``/proc/stat`` over the usable CPUs for ``SAMPLE_S`` while
+this process sleeps, so it counts other processes only and the load of this moment. ``os.getloadavg()[0]`` (scaled
+to the usable share of the machine's cores) is the fallback where ``/proc/stat`` is missing; it is not the first
+choice because it trails by a minute and counts this process's own past work: in a ``reproduce`` of several cells
+in one process, the previous cell's two threads would make the next one look crowded.
+
+What that does to records and hashes. Small networks (every UCI and logistic-regression cell) are 1 thread whatever
+the load: no measurement, no change, and every committed record keeps its hash (the large-network records pin
+``threads=N`` on their command line). A large network's count under ``auto`` now depends on the load at its start,
+and a count above 1 is hashed, since it can move the last float32 digit of a large evaluation. Hashing the count
+is kept (the record says exactly how its numbers were made), and the count is made sticky instead: ``adopt_earlier``
+(called by ``execute.resolve_run`` with the run directory) gives an ``auto`` run the count of the finished record
+or the resume state already in its run directory, when that is all that differs. So a cell whose record exists is
+skipped under any load, and a job killed by a scheduler and resubmitted to a busier or idler node resumes from its
+checkpoint at the count it started with (the same numbers as an uninterrupted run), instead of starting afresh
+under a new hash. Two fresh runs of the same large cell under different loads can still differ in the last digit
+of a large evaluation; pin ``threads=N`` where that matters (``experiment=slang_table3`` does).
 """
 
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -44,11 +67,74 @@ from bnnbench.config import ConfigError
 
 MANY_PARAMS = 100_000   # between the largest configured small network (1101) and MNIST's (478 410)
 _SHARE: list[int] = []  # the cores this process may use, when a parent process shares them out
+SAMPLE_S = 0.25         # how long ``busy_cores`` watches the usable CPUs
+BUSY_LEFT = 0.5         # a core counts as free when less than this much of it is busy with other work
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")   # cgroup v2 CPU quota ("max 100000" or "<quota> <period>")
+PROC_STAT = Path("/proc/stat")
+
+
+def _affinity() -> set[int] | None:
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
 
 
 def available_cores() -> int:
     """The cores the OS lets this process run on (its affinity mask, not the machine's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cpus = _affinity()
+    return len(cpus) if cpus is not None else os.cpu_count() or 1
+
+
+def _cgroup_quota() -> float | None:
+    """The CPUs' worth of time a cgroup v2 quota allows this process (``None``: no quota, or none readable)."""
+    try:
+        quota, period = CGROUP_CPU_MAX.read_text().split()[:2]
+        return None if quota == "max" else float(quota) / float(period)
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cores() -> int:
+    """The cores this process may use: its affinity mask, capped by a cgroup CPU quota (a container, a SLURM job)."""
+    n, quota = available_cores(), _cgroup_quota()
+    return max(1, min(n, int(quota + 0.5))) if quota else n
+
+
+def _cpu_times(cpus) -> dict[int, tuple[int, int]]:
+    """``{cpu: (busy, total)}`` jiffies from ``/proc/stat`` (busy: all but idle and iowait)."""
+    out = {}
+    for line in PROC_STAT.read_text().splitlines():
+        name, *vals = line.split()
+        if not name.startswith("cpu") or name == "cpu":
+            continue
+        k = int(name[3:])
+        if k in cpus:
+            v = [int(x) for x in vals]
+            out[k] = (sum(v) - v[3] - (v[4] if len(v) > 4 else 0), sum(v))
+    return out
+
+
+def busy_cores(sample_s: float = SAMPLE_S) -> float:
+    """How many of the usable cores other work keeps busy now: ``/proc/stat`` over ``sample_s`` seconds on the CPUs
+    of this process's affinity mask while it sleeps; else ``os.getloadavg()[0]`` times the usable share of the
+    machine's cores; else 0."""
+    cpus = _affinity() or set(range(os.cpu_count() or 1))
+    try:
+        before = _cpu_times(cpus)
+        time.sleep(sample_s)
+        after = _cpu_times(cpus)
+        deltas = [(after[k][0] - before[k][0], after[k][1] - before[k][1]) for k in before if k in after]
+        if deltas and sum(t for _, t in deltas) > 0:
+            return sum(b / t for b, t in deltas if t > 0)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.getloadavg()[0] * len(cpus) / (os.cpu_count() or len(cpus))
+    except (OSError, AttributeError):
+        return 0.0
+
+
+def free_cores() -> int:
+    """The usable cores not busy with other work, at least 1 (``auto`` for a large network)."""
+    return max(1, int(usable_cores() - busy_cores() + BUSY_LEFT))
 
 
 def share_cores(n: int) -> None:
@@ -57,8 +143,8 @@ def share_cores(n: int) -> None:
 
 
 def cores() -> int:
-    """The cores this process may use: its share (``share_cores``), else all available ones."""
-    return _SHARE[0] if _SHARE else available_cores()
+    """The cores this process may use: its share (``share_cores``), else all usable ones."""
+    return _SHARE[0] if _SHARE else usable_cores()
 
 
 def check(setting) -> None:
@@ -79,11 +165,36 @@ def network_params(spec, ds) -> int:
 
 
 def choose(setting, n_params: int) -> int:
-    """The thread count of ``setting`` for a network of ``n_params`` parameters."""
+    """The thread count of ``setting`` for a network of ``n_params`` parameters: ``auto`` is 1 for a small network
+    and, for a large one, the cores this process may use that other work leaves free (at least 1)."""
     check(setting)
     if setting != "auto":
         return int(setting)
-    return cores() if n_params >= MANY_PARAMS else 1
+    if n_params < MANY_PARAMS or cores() == 1:
+        return 1
+    return min(cores(), free_cores())
+
+
+def adopt_earlier(setting, resolved: dict, run_dir) -> dict:
+    """``resolved`` (a run's resolved configuration) with the thread count of the finished record or the resume state
+    already in ``run_dir`` where ``setting`` is ``auto`` and only the count tells them apart: a cell is skipped, or
+    resumes from its checkpoint, whatever the load at this start (``choose``)."""
+    from bnnbench import results
+    run_dir = Path(run_dir)
+    if setting != "auto" or not run_dir.is_dir():
+        return resolved
+    rec = results.load_record(run_dir)
+    known = {results.stored_config_hash(rec)} if rec is not None and "config" in rec else set()
+    names = [p.name for p in results.ResumeFiles.in_dir(run_dir)]
+    if not known and not names:
+        return resolved
+    counts = [(rec or {}).get("config", {}).get("threads"), *range(1, max(64, os.cpu_count() or 1) + 1)]
+    for n in counts:
+        if isinstance(n, int) and n >= 1:
+            h = results.config_hash({**resolved, "threads": n})
+            if h in known or any(h in name for name in names):
+                return {**resolved, "threads": n}
+    return resolved
 
 
 def apply(n: int) -> None:

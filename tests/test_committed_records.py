@@ -36,7 +36,7 @@ def env(module_env):
 def test_committed_record_resolves_to_its_stored_configuration(path, env):
     rec = json.loads(path.read_text())
     overrides = [o for o in rec["config"]["hydra_overrides"] if not o.startswith("runs_root=")]
-    _, _, _, resolved = resolve_run(compose(overrides), overrides)
+    _, _, _, resolved = resolve_run(compose(overrides), overrides, path.parent)   # as reproduce resolves it there
     assert results.config_hash(resolved) == results.stored_config_hash(rec), (
         f"{path.parent}: today's configs resolve differently from the record (reproduce would re-run it)")
 
