@@ -29,6 +29,7 @@ from bnnbench.methods.mc_dropout import MCDropout
 from bnnbench.methods.vadam import Vadam, Vprop
 from bnnbench.methods.vadam_matlab import VadamMatlab
 from bnnbench.methods.noisy import KFAC, NoisyAdam, NoisyKFAC
+from bnnbench.methods.noisy_blktri import NoisyKFACBlkTri
 from bnnbench.methods.pbp import PBP
 from bnnbench.methods.sgd import SGD
 from bnnbench.methods.slang import SLANG
@@ -38,7 +39,8 @@ METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropou
                                                                 NoisyKFAC, FullGaussian, VadamMatlab, ExactFullGaussian,
                                                                 ExactMeanField, Factorised, LocalInducing,
                                                                 GlobalInducing, FactorisedGlobalInducing,
-                                                                RandomGlobalInducing, HMC, PBP, SGD, KFAC)}
+                                                                RandomGlobalInducing, HMC, PBP, SGD, KFAC,
+                                                                NoisyKFACBlkTri)}
 
 
 ENTRY_POINT_GROUP = "bnnbench.methods"

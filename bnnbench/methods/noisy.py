@@ -67,14 +67,15 @@ def _inv_chol_t(X: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
 
 
 def _kron_times(cA: torch.Tensor, E: torch.Tensor, cS: torch.Tensor) -> torch.Tensor:
-    """``cA E_s cS^T`` for ``E [R, S, a, b]``, ``cA [R, a, a]``, ``cS [R, b, b]``: the samples folded into the matrix
+    """``cA E_s cS^T`` for ``E [R, S, a, b]``, ``cA [R, a', a]``, ``cS [R, b', b]``: the samples folded into the matrix
     dimensions, two GEMMs per replica (broadcasting the factors over samples copies them S times)."""
     R, S, a, b = E.shape
-    if b == 1:  # cS is a scalar per replica; contiguous, as the output layer's forward and backward passes prefer
+    a2, b2 = cA.shape[-2], cS.shape[-2]
+    if b == 1 and b2 == 1:  # cS is a scalar per replica; contiguous, as the output layer's passes prefer
         return (cA @ (E[..., 0] * cS[:, :, :1]).transpose(1, 2)).transpose(1, 2).contiguous().unsqueeze(-1)
-    X = (E.reshape(R, S * a, b) @ cS.transpose(-1, -2)).reshape(R, S, a, b)             # E cS^T
-    X = cA @ X.transpose(1, 2).reshape(R, a, S * b)                                     # cA [E cS^T]
-    return X.reshape(R, a, S, b).transpose(1, 2)
+    X = (E.reshape(R, S * a, b) @ cS.transpose(-1, -2)).reshape(R, S, a, b2)            # E cS^T
+    X = cA @ X.transpose(1, 2).reshape(R, a, S * b2)                                    # cA [E cS^T]
+    return X.reshape(R, a2, S, b2).transpose(1, 2)
 
 
 def kl_clip_coeff(cfg, t: torch.Tensor, lr: float, step: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
@@ -289,7 +290,19 @@ class NoisyKFAC(_NoisyBase):
                 state[f"mom{l}"] = torch.zeros(R, d_in + 1, d_out, dtype=mean.dtype, device=mean.device)
         if float(self.cfg.momentum) > 0 and self.cfg.momentum_type == "heavy_ball":
             state["velocity"] = torch.zeros_like(mean)
+        state.update(self._init_extra_factors(state))
         return self._refresh(state, covariance=True, inverses=True)
+
+    def _init_extra_factors(self, state) -> dict:
+        """Curvature statistics beyond each layer's ``A_l``, ``S_l`` (none here; the block-tridiagonal subclass's
+        cross-layer factors)."""
+        return {}
+
+    def _update_extra_factors(self, state, rows, beta: float, n_samples: int, n_ex: int) -> dict:
+        """The EMA updates of ``_init_extra_factors``'s statistics from each layer's ``rows = [(a1, shared, ds)]`` of a
+        step that updates the factors (``_homogeneous_rows``' inputs and the sampled targets' back-propagated
+        gradients ``[R, S B, d_out]``); none here."""
+        return {}
 
     # homogeneous weights [d_in + 1, d_out] <-> the flat layout [W (d_in x d_out), b]: the flat block of a layer is
     # [W; b] row-major, so a view of it
@@ -336,6 +349,11 @@ class NoisyKFAC(_NoisyBase):
                 state[f"iA{l}"] = torch.linalg.inv(A)
                 state[f"iS{l}"] = torch.linalg.inv(S)
         return state
+
+    def _precondition_all(self, state, Vs):
+        """The mean update's natural gradient of every layer, ``F~^-1 V`` for the list ``Vs`` of ``[R, d_in + 1,
+        d_out]`` (block-diagonal: layer by layer, ``_precondition``)."""
+        return [self._precondition(state, l, V) for l, V in enumerate(Vs)]
 
     def _precondition(self, state, l, V):
         """[A^g]^-1 V [S^g]^-1 for layer ``l`` (the mean update's natural gradient of Alg. 2)."""
@@ -394,7 +412,7 @@ class NoisyKFAC(_NoisyBase):
         bias_corr = (1 - b1 ** t.to(state["mean"].dtype))[:, None, None] if ema else None
         g_in = g_in[:, None, None]
         beta = float(self.cfg.beta) * lr_scale
-        steps, Vs = [], []
+        Vs, rows = [], []
         n_ex = batch.x.shape[1]
         for l, (a, d_y, d_s, W, g_W) in enumerate(zip(acts, dz, ds or [None] * len(acts), hom, grads)):
             S_, a1 = W.shape[1], None
@@ -411,7 +429,6 @@ class NoisyKFAC(_NoisyBase):
             if ema:
                 new[f"mom{l}"] = b1 * state[f"mom{l}"] + (1 - b1) * V
                 V = new[f"mom{l}"] / bias_corr
-            steps.append(self._precondition(state, l, V))
             Vs.append(V)
             if k % T_stats == 0:
                 # (1 - b) X + b E[x x^T], one fused GEMM each: A = E_{b,t}[a a^T] over examples and positions,
@@ -423,7 +440,10 @@ class NoisyKFAC(_NoisyBase):
                                              alpha=beta / (B if shared else S_ * B))
                 new[f"S{l}"] = torch.baddbmm(state[f"S{l}"], d.transpose(1, 2), d, beta=1 - beta,
                                              alpha=beta / (S_ * n_ex))
-        step = self._flat(steps)
+                rows.append((a1, shared, d))
+        if rows:
+            new.update(self._update_extra_factors(state, rows, beta, S_, n_ex))
+        step = self._flat(self._precondition_all(state, Vs))
         lr = float(self.cfg.lr) * lr_scale
         if self.cfg.kl_clip is not None:
             step = step * kl_clip_coeff(self.cfg, t, lr, step, self._flat(Vs))[:, None]
