@@ -39,6 +39,7 @@ class FitOptions:
     progress: bool = False
     desc: str = ""
     replica_offset: int = 0                # the first replica's number in messages (a chunk of a larger program)
+    compile: bool = False                  # the step through torch.compile (bnnbench.compiled; compilable methods)
 
 
 def build_method(spec: RunSpec, ds):
@@ -118,7 +119,7 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptio
                  desc=opts.desc, checkpoint=opts.checkpoint, checkpoint_every=opts.checkpoint_every,
                  replica_offset=opts.replica_offset,
                  augment={"image_shape": image_shape(ds), **spec.augment} if spec.augment else None,
-                 last_batch=spec.last_batch)
+                 last_batch=spec.last_batch, compile=opts.compile)
 
 
 def solve_replicas(spec: RunSpec, ds, pairs, data_index, hparams, opts: FitOptions) -> TrainResult:
