@@ -18,7 +18,7 @@ and only on an MLP (a convolutional network's step is a few large kernels, untes
 setting changes nothing, and the resolved configuration records ``compile: false`` for them. Not compilable at
 present: SLANG (its eigensolver calls LAPACK through scipy between the forward pass and the gradients: dynamo breaks
 the graph there and the gradients of the compiled forward pass fail), noisy K-FAC (the Cholesky fallback of
-``_inv_chol_t`` branches on data: 9 graphs, 1.07x), HMC (an accept/reject step: rounding can flip a decision), the
+``_inv_chol_t`` branches on data: 9 graphs, 1.1x), HMC (an accept/reject step: rounding can flip a decision), the
 inducing-point families, full Gaussian VI and PBP (not measured).
 """
 

@@ -10,6 +10,9 @@ network with three replicas:
 * be replica-invariant: a replica's step equals its step alone, on the same minibatch and noise (every run trains
   all splits or candidates as one batched program, so a leak between replicas corrupts every table);
 * predict finite outputs of shape [R, S, T, d_out] (S = 1 for a point estimate).
+
+``check_compiled`` checks a ``compilable`` method's compiled step (the ``compile`` setting) against its eager step
+(tests/test_contract.py; not part of ``check-method``: a compilation takes seconds to a minute).
 """
 
 from __future__ import annotations
