@@ -10,6 +10,9 @@ network with three replicas:
 * be replica-invariant: a replica's step equals its step alone, on the same minibatch and noise (every run trains
   all splits or candidates as one batched program, so a leak between replicas corrupts every table);
 * predict finite outputs of shape [R, S, T, d_out] (S = 1 for a point estimate).
+
+``check_compiled`` checks a ``compilable`` method's compiled step (the ``compile`` setting) against its eager step
+(tests/test_contract.py; not part of ``check-method``: a compilation takes seconds to a minute).
 """
 
 from __future__ import annotations
@@ -50,13 +53,13 @@ def _finite(state) -> list[str]:
     return [k for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
 
 
-def _problem(likelihood: str, model: MLP, g: torch.Generator) -> Problem:
-    prior = (torch.rand(R, 1, generator=g, dtype=DT) + 0.5).expand(R, model.n_params).clone()
+def _problem(likelihood: str, model: MLP, g: torch.Generator, dtype=DT) -> Problem:
+    prior = (torch.rand(R, 1, generator=g, dtype=dtype) + 0.5).expand(R, model.n_params).clone()
     gauss = likelihood == "gaussian"
     return Problem(likelihood, n_data=torch.tensor([40, 37, 40]), prior_prec=prior,
-                   noise_prec=torch.rand(R, generator=g, dtype=DT) + 0.5 if gauss else None,
-                   y_scale=torch.rand(R, generator=g, dtype=DT) + 0.5 if gauss else None,
-                   hparams={"dropout": torch.tensor([0.05, 0.1, 0.2], dtype=DT)})
+                   noise_prec=torch.rand(R, generator=g, dtype=dtype) + 0.5 if gauss else None,
+                   y_scale=torch.rand(R, generator=g, dtype=dtype) + 0.5 if gauss else None,
+                   hparams={"dropout": torch.tensor([0.05, 0.1, 0.2], dtype=dtype)})
 
 
 def check_method(name: str, steps: int = 3) -> list[tuple[str, str | None]]:
@@ -119,6 +122,68 @@ def check_method(name: str, steps: int = 3) -> list[tuple[str, str | None]]:
     out.append(("replica invariance (a replica's step equals its step alone)", invariant or None))
     out.append(("finite predictions of shape [R, S, T, 1]", _check_predict(method, state, g)))
     return out
+
+
+# a compiled step against the eager one: relative to each state tensor's largest entry
+COMPILED_RTOL = {torch.float32: 1e-5, torch.float64: 1e-12}
+
+
+def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings: dict | None = None) -> str | None:
+    """None where ``name``'s compiled step (the ``compile`` setting: ``bnnbench.compiled``) equals its eager step to
+    float rounding (``COMPILED_RTOL`` of each new state tensor's largest entry; integer tensors exactly) from the same
+    state, minibatch and draws, at each of ``steps`` steps on the 4-6-1 problem of ``check_method``, with the method's
+    default settings updated by ``settings``; else why. Also None for a method that is not ``compilable`` (the
+    setting leaves its step eager) or is solved."""
+    import contextlib
+
+    from bnnbench.compiled import compiled_step, compiles
+    cls = method_class(name)
+    if cls.solved or not compiles(cls, True):
+        return None
+    g = torch.Generator().manual_seed(0)
+    model = MLP([4, 6, 1])
+    method = state = None
+    for lik in ("gaussian", "bernoulli"):
+        try:
+            method = cls(OmegaConf.merge(OmegaConf.structured(cls.Config), settings or {}), model, lik)
+            state = method.init(_problem(lik, model, g, dtype), g)
+            break
+        except (ValueError, NotImplementedError):
+            method = None
+    if method is None:
+        return "no tiny regression or classification problem to compare on"
+    x = torch.randn(R, 5 if not method.full_batch else int(state["n_data"].max()), 4, generator=g, dtype=dtype)
+    y = (torch.randn(R, x.shape[1], generator=g, dtype=dtype) if lik == "gaussian"
+         else (torch.rand(R, x.shape[1], generator=g) < 0.5).to(dtype))
+    batch = Batch(x, y, state["n_data"])
+    step, rtol = compiled_step(method), COMPILED_RTOL[dtype]
+    for k in range(steps):
+        with contextlib.nullcontext() if method.needs_autograd else torch.inference_mode():
+            noise = method.noise(state, batch, g)
+            eager, _ = method.step(state, batch, noise)
+            try:
+                comp, _ = step(state, batch, noise)
+            except Exception as e:   # a user's method: any failure is reported, not raised
+                return f"the compiled step raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        worst = {}
+        for key, v in eager.items():
+            if not torch.is_tensor(v):
+                continue
+            c = comp[key]
+            if not v.is_floating_point():
+                if not torch.equal(c, v):
+                    worst[key] = float("inf")
+                continue
+            both = torch.isnan(c) & torch.isnan(v)   # unfilled entries (NaN) must be NaN in both
+            d, v = torch.where(both, 0, c - v), torch.where(both, 0, v)
+            err = float(d.abs().max() / v.abs().max().clamp_min(torch.finfo(dtype).tiny)) if v.numel() else 0.0
+            if not err <= rtol:
+                worst[key] = err
+        if worst:
+            return (f"step {k + 1}: the compiled step differs from the eager one (max relative difference "
+                    + ", ".join(f"{key} {e:.1e}" for key, e in worst.items()) + f"; tolerance {rtol:.0e})")
+        state = eager
+    return None
 
 
 def _check_predict(method, state, g) -> str | None:

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from bnnbench import results
 from bnnbench.augment import crop_flip
+from bnnbench.compiled import compiled_update
 from bnnbench.config import ConfigError
 from bnnbench.methods.base import Batch, Method, State
 from bnnbench.metrics import classification_metrics, regression_metrics
@@ -283,7 +284,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
           lr_drop: dict | None = None, checkpoint: Path | None = None,
           checkpoint_every: int = 10, eval_samples_final: int | None = None,
           replica_offset: int = 0, augment: dict | None = None, last_batch: str | None = None,
-          announce_eta: bool = False) -> TrainResult:
+          announce_eta: bool = False, compile: bool = False) -> TrainResult:
     """Run ``epochs`` passes of ``method.update`` over every replica at once.
 
     Evaluates every ``eval_every`` epochs (and at the end), recording the evaluation metrics and the
@@ -301,7 +302,8 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     ``replica_offset`` numbers the replicas in messages (a chunk of a larger run, ``replica_workers``).
     ``augment = {"image_shape", "crop_pad", "flip"}`` crops and flips every training minibatch (``augment.crop_flip``,
     from the same generator). ``last_batch``: ``epoch_batches``. ``announce_eta``: print an estimate of the time
-    left after the first epochs when it is long (``EtaNotice``).
+    left after the first epochs when it is long (``EtaNotice``). ``compile``: each step through ``torch.compile``
+    (``bnnbench.compiled.compiled_update``: a ``compilable`` method's; the compilation counts in the wall time).
     """
     history = History()
     R = data.n_replicas
@@ -318,6 +320,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
                initial=start, total=epochs)
     lr_scale = 1.0
     eta = EtaNotice(announce_eta)
+    update = compiled_update(method) if compile else method.update
     for epoch in bar:
         if lr_drop and epoch >= float(lr_drop["at"]) * epochs:
             lr_scale = float(lr_drop["factor"])
@@ -328,7 +331,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
             if augment:
                 batch.x = crop_flip(batch.x, augment["image_shape"], augment["crop_pad"], augment["flip"], generator)
             try:
-                state, stats = method.update(state, batch, generator, lr_scale)
+                state, stats = update(state, batch, generator, lr_scale)
             except torch.linalg.LinAlgError as e:   # a precision that lost positive definiteness
                 if not stop_on_divergence:
                     raise

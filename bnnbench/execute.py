@@ -19,6 +19,7 @@ import torch
 from omegaconf import DictConfig
 
 from bnnbench import active, logreg, results, threads
+from bnnbench.compiled import compiles
 from bnnbench.config import CONFIG_SCHEMA, CommandLine, ConfigError
 from bnnbench.data import load_dataset
 from bnnbench.engine import DivergenceError
@@ -50,6 +51,7 @@ def validate(cfg: DictConfig) -> None:
     need(w is None or (isinstance(w, int) and w >= 1), f"workers must be null or an integer >= 1, got {w!r}")
     need(w in (None, 1) or str(cfg.get("device", "cpu")) == "cpu",
          "workers > 1 splits the replicas over CPU processes; with device=cuda use workers=null")
+    need(isinstance(cfg.get("compile", False), bool), f"compile must be true or false, got {cfg.get('compile')!r}")
     m = cfg.method
     for k in ("lr", "eps", "length_scale", "init_prec", "init_std"):
         if m.get(k) is not None:
@@ -104,7 +106,9 @@ def resolve_run(cfg: DictConfig, overrides: list[str], run_dir: Path | None = No
                 "protocol": cfg.protocol.name,
                 "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
                 "dtype": cfg.get("dtype", "float32"), "workers": cfg.get("workers"),
-                "threads": threads.choose(cfg.get("threads", "auto"), threads.network_params(spec, ds))}
+                "threads": threads.choose(cfg.get("threads", "auto"), threads.network_params(spec, ds)),
+                # what the run does: a method that is not compilable (or a convolutional network) steps eagerly
+                "compile": compiles(method_class(cfg.method.name), cfg.get("compile", False), conv=bool(spec.conv))}
     if run_dir is not None:
         resolved = threads.adopt_earlier(cfg.get("threads", "auto"), resolved, run_dir)
     return ds, spec, splits, resolved
@@ -160,13 +164,14 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
     else:
         hparams, trace, hpo_replayed_s = select_hparams(
             spec, ds, splits, int(cfg.seed), device=device, dtype=dtype, progress=cfg.get("progress", False), log=log,
-            resume=resume.hpo, workers=cfg.get("workers"))
+            resume=resume.hpo, workers=cfg.get("workers"), compile=resolved["compile"])
     t_hpo = time.perf_counter() - t0 + hpo_replayed_s   # rounds replayed from a checkpoint count with their time
     gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
     pairs = [(s.train, s.test) for s in splits]
     opts = FitOptions(device=device, dtype=dtype, eval_every=spec.eval_every, stop_on_divergence=True,
                       progress=cfg.get("progress", False), desc=f"{cfg.method.name} {ds.name}",
-                      checkpoint=resume.fit, checkpoint_every=int(cfg.get("checkpoint_every", 10)), announce_eta=True)
+                      checkpoint=resume.fit, checkpoint_every=int(cfg.get("checkpoint_every", 10)), announce_eta=True,
+                      compile=resolved["compile"])
     workers = cfg.get("workers")
     al_entry = None
     try:

@@ -40,6 +40,7 @@ class FitOptions:
     desc: str = ""
     replica_offset: int = 0                # the first replica's number in messages (a chunk of a larger program)
     announce_eta: bool = False             # print the estimated time of a long training after its first epochs
+    compile: bool = False                  # the step through torch.compile (bnnbench.compiled; compilable methods)
 
 
 def build_method(spec: RunSpec, ds):
@@ -119,7 +120,7 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptio
                  desc=opts.desc, checkpoint=opts.checkpoint, checkpoint_every=opts.checkpoint_every,
                  replica_offset=opts.replica_offset,
                  augment={"image_shape": image_shape(ds), **spec.augment} if spec.augment else None,
-                 last_batch=spec.last_batch, announce_eta=opts.announce_eta)
+                 last_batch=spec.last_batch, announce_eta=opts.announce_eta, compile=opts.compile)
 
 
 def solve_replicas(spec: RunSpec, ds, pairs, data_index, hparams, opts: FitOptions) -> TrainResult:

@@ -247,8 +247,9 @@ def _drop_none(obj):
 
 
 # top-level settings left out of the hash at this value: what every record made before the setting existed ran with
-# (``threads``: 1 thread is the reference order of float reductions; bnnbench.threads)
-HASH_DEFAULTS = {"threads": 1}
+# (``threads``: 1 thread is the reference order of float reductions; bnnbench.threads; ``compile``: the eager step,
+# bnnbench.compiled)
+HASH_DEFAULTS = {"threads": 1, "compile": False}
 
 
 def config_hash(config: dict) -> str:

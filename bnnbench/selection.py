@@ -27,13 +27,14 @@ def _hp_dict(names, spaces, x) -> dict:
 
 
 def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress=False, log=None,
-                   resume: Path | None = None, workers: int | None = None):
+                   resume: Path | None = None, workers: int | None = None, compile: bool = False):
     """Per-split hyper-parameters chosen on K-fold CV of the training rows (never the test rows).
 
     Returns ``(hparams per split, trace, replayed_s)``; the trace lists every evaluated candidate and its score.
     With ``resume`` (a file path), every finished Bayesian-optimisation round is saved there, and a
     restarted selection replays the saved rounds (same proposals, same scores, same generator state)
-    instead of training them again; ``replayed_s`` is the time those rounds took when they ran.
+    instead of training them again; ``replayed_s`` is the time those rounds took when they ran. ``compile``: the
+    rounds' steps through ``torch.compile`` (``FitOptions.compile``).
     """
     log = log or _log
     hpo = spec.hpo
@@ -61,7 +62,7 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
                     data_index.append(i * n_f + f)
                     hps.append({**spec.fixed, **_hp_dict(names, spec.space, cands[i][c])})
         opts = FitOptions(device=device, dtype=dtype, stop_on_divergence=False, eval_samples=hpo.get("eval_samples"),
-                          progress=progress, desc=f"hpo {C} cand")
+                          progress=progress, desc=f"hpo {C} cand", compile=compile)
         res = fit_replicas(spec, ds, pairs, data_index, hps, gen, opts, workers=workers)
         score = res.final[metric].reshape(n_s, n_f, C)
         score = torch.where(torch.isfinite(score), score, torch.full_like(score, failed))

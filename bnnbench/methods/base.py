@@ -99,6 +99,10 @@ class Method:
     # True where the method runs on a convolutional network (``models/convnet.py``: the MLP's flat layout, the
     # positions of a convolution as extra rows of its ``forward_cache``); the others are refused on one
     conv = False
+    # True where ``step`` compiles whole with ``torch.compile`` to the eager step's numbers up to float rounding
+    # (``bnnbench.compiled``, the run's ``compile`` setting; tests/test_contract.py checks it): one graph, no
+    # data-dependent branch or host library call between its forward pass and its gradients
+    compilable = False
     # optional ``diagnostics(state, data: engine.ReplicaData) -> dict``: what the method reports about its final
     # state (HMC: acceptance, R-hat, ESS), stored under the record's "diagnostics"
     diagnostics = None

@@ -42,6 +42,7 @@ class BBBConfig(gamma_noise.NoiseConfig):
 
 class BBB(MeanField):
     name = "bbb"
+    compilable = True  # bench/compile_step.py: 1.3-2x faster compiled at UCI scale
     Config = BBBConfig
     conv = True  # with weight draws (the local reparameterisation trick is an MLP's)
 

@@ -25,6 +25,7 @@ class MAPConfig(MethodConfig):
 
 class MAP(Method):
     name = "map"
+    compilable = True  # bench/compile_step.py: MC dropout's step 1.5-1.6x faster compiled at UCI scale
     Config = MAPConfig
     conv = True
 

@@ -49,8 +49,10 @@ class MCDropout(MAP):
     def objective(self, state, theta, batch, noise):
         f = self.model.forward(theta.unsqueeze(1), batch.x, dropout_masks=noise)
         mse = ((batch.y - f[:, 0, :, 0]) ** 2).mean(-1)
-        weights = ~self.model.bias_mask(theta.device)  # biases are not decayed
-        return mse + self.weight_decay(state) * (theta * theta)[:, weights].sum(-1), {}
+        # biases are not decayed: the weights' positions as an index built from the layout, not a boolean mask, so that
+        # the step has no data-dependent shape (torch.compile traces it whole); the same entries in the same order
+        weights = torch.cat([torch.arange(w.start, w.stop, device=theta.device) for w, _, _, _ in self.model.slices])
+        return mse + self.weight_decay(state) * (theta * theta).index_select(-1, weights).sum(-1), {}
 
     def predict(self, state, x, n_samples, generator):
         theta = state["theta"].unsqueeze(1).expand(-1, n_samples, -1)

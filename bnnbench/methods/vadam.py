@@ -46,6 +46,7 @@ class VpropConfig(MethodConfig):
 
 class Vadam(DiagonalPrecision):
     name = "vadam"
+    compilable = True  # bench/compile_step.py: 1.3-2x faster compiled at UCI scale
     Config = VadamConfig
     momentum = True
 

@@ -1,0 +1,66 @@
+"""The ``compile`` setting (bnnbench/compiled.py): resolved per method (only a ``compilable`` method's step is compiled,
+on an MLP), recorded, and hashed only when on, so that the records made before it keep their configuration hash."""
+
+import json
+
+import pytest
+import torch
+
+from bnnbench import results
+from bnnbench.cli import main
+from bnnbench.config import compose
+from bnnbench.execute import resolve_run
+
+from datapaths import MIRROR
+
+pytestmark = pytest.mark.skipif(not (MIRROR / "MANIFEST.md").is_file(), reason="needs the data mirror")
+
+TINY = ["data=uci/yacht", "protocol.epochs=2", "protocol.splits=[0,1]", "progress=false"]
+
+
+@pytest.fixture(autouse=True)
+def env(module_env, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["bnnbench"])
+
+
+def _resolved(*overrides):
+    overrides = list(overrides)
+    return resolve_run(compose(overrides), overrides)[3]
+
+
+@pytest.mark.parametrize("method, compiled", [("bbb", True), ("vogn", True), ("mc_dropout", True),
+                                              ("slang", False), ("noisy_kfac", False), ("hmc", False)])
+def test_compile_resolves_to_what_the_run_does_and_is_hashed_only_when_on(method, compiled):
+    off = _resolved(f"method={method}", "data=uci/yacht")
+    on = _resolved(f"method={method}", "data=uci/yacht", "compile=true")
+    assert off["compile"] is False and on["compile"] is compiled
+    before = {k: v for k, v in off.items() if k != "compile"}   # a record from before the setting
+    assert results.config_hash(off) == results.config_hash(before)
+    assert (results.config_hash(on) != results.config_hash(off)) is compiled
+
+
+@pytest.mark.parametrize("value", ["abc", "1", "null"])
+def test_a_bad_compile_value_is_an_error_before_any_work(tmp_path, capsys, value):
+    assert main(["run", "method=bbb", *TINY, f"compile={value}", f"runs_root={tmp_path}"]) == 2
+    assert "error: compile must be true or false, got" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("record.json"))
+
+
+@pytest.mark.slow   # a compilation: 10-30 s in a fresh inductor cache
+def test_a_compiled_run_records_compile_and_matches_the_eager_run_to_rounding(tmp_path, monkeypatch):
+    import bnnbench.compiled as compiled
+    calls = []
+    real = compiled.compiled_step
+    monkeypatch.setattr(compiled, "compiled_step", lambda m: calls.append(m.name) or real(m))
+    recs = {}
+    for c in ("false", "true"):
+        assert main(["run", "method=bbb", *TINY, f"compile={c}", f"runs_root={tmp_path / c}"]) == 0
+        recs[c] = json.loads(next((tmp_path / c).rglob("record.json")).read_text())
+    assert calls == ["bbb"]
+    assert recs["true"]["config"]["compile"] is True and recs["false"]["config"]["compile"] is False
+    assert recs["true"]["config_hash"] != recs["false"]["config_hash"]
+    for row_e, row_c in zip(recs["false"]["metrics"], recs["true"]["metrics"]):
+        for k, v in row_e.items():
+            if isinstance(v, float):
+                assert row_c[k] == pytest.approx(v, rel=1e-4), k
+    torch._dynamo.reset()
