@@ -47,6 +47,11 @@ def register_resolvers() -> None:
     store = ConfigStore.instance()
     for name, cls in METHODS.items():
         store.store(group="method", name=name, node=cls.Config)
+    # a method no longer registered leaves the store too: the store travels, pickled, into a launcher's jobs, where a
+    # class of a module they cannot import (a test's, a notebook's) would stop them before they start
+    stored = store.repo.get("method", {})
+    for key in [k for k in stored if k.endswith(".yaml") and k[:-len(".yaml")] not in METHODS]:
+        del stored[key]
 
 
 def slug(name) -> str:

@@ -268,8 +268,11 @@ def _why_no_result(ret, launch_error: BaseException | None) -> str:
     if ret is not None and getattr(ret, "_return_value", None) is not None and not isinstance(ret._return_value, dict):
         return f"{type(ret._return_value).__name__}: {ret._return_value}"
     if launch_error is not None:
+        text = str(launch_error)
+        trace = text.split("-" * 22)   # submitit's FailedJobError: the job's traceback between two rules
+        said = ([x for x in trace[1].strip().splitlines() if x.strip()] or [""])[-1] if len(trace) > 2 else ""
         return (f"it ended without a result (killed by the scheduler, out of memory or time, or never started; "
-                f"the launcher said {type(launch_error).__name__}: {str(launch_error).splitlines()[0][:200]})")
+                f"the launcher said {type(launch_error).__name__}: {(said or text.splitlines()[0]).strip()[:300]})")
     return "it ended without a result (killed, or never started)"
 
 

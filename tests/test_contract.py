@@ -75,6 +75,28 @@ def test_an_entry_point_method_runs_like_a_built_in_one(monkeypatch, tmp_path, c
     assert (tmp_path / "adhoc" / "my_map" / "uci__yacht" / "record.json").is_file()
 
 
+def test_a_method_no_longer_registered_leaves_hydras_store(monkeypatch):
+    """The store is pickled into a launcher's jobs (bnnbench.launchers): a class of this test module in it stopped
+    every later job at unpickling, in processes that cannot import the module (CI of 992cec2)."""
+    import pickle
+    import subprocess
+    import sys
+
+    from hydra.core.config_store import ConfigStore
+
+    from bnnbench.config import register_resolvers
+    with monkeypatch.context() as m:
+        m.setitem(METHODS, "my_map", MyMAP)
+        register_resolvers()
+        assert "my_map.yaml" in ConfigStore.instance().repo["method"]
+    register_resolvers()
+    assert "my_map.yaml" not in ConfigStore.instance().repo["method"]
+    assert "map.yaml" in ConfigStore.instance().repo["method"]
+    blob = pickle.dumps(ConfigStore.instance().repo)
+    subprocess.run([sys.executable, "-c", "import pickle, sys; pickle.loads(sys.stdin.buffer.read())"], input=blob,
+                   check=True)
+
+
 @pytest.mark.parametrize("cls, failing", [
     (InPlace, "the given state is not modified"),
     (Leaky, "replica invariance (a replica's step equals its step alone)"),

@@ -64,6 +64,21 @@ def plain(tmp_path_factory, module_env):
     return _records(root / "runs")
 
 
+def test_a_job_that_failed_before_its_cells_is_reported_by_the_last_line_of_its_trace():
+    """submitit's error for a job whose process raised before any cell ran (unpickling, imports): its message holds
+    the job's traceback between two rules; the report gives the exception, not submitit's heading."""
+    from submitit.core.utils import FailedJobError
+
+    from bnnbench.launchers import _why_no_result
+    trace = "Traceback (most recent call last):\n  File ...\nModuleNotFoundError: No module named 'test_contract'"
+    err = FailedJobError(f"Job (task=0) failed during processing with trace:\n{'-' * 22}\n{trace}\n{'-' * 22}\n"
+                         "You can check full logs with 'job.stderr(0)'")
+    assert _why_no_result(None, err).endswith(
+        "the launcher said FailedJobError: ModuleNotFoundError: No module named 'test_contract')")
+    assert _why_no_result(None, RuntimeError("worker died\nmore")).endswith(
+        "the launcher said RuntimeError: worker died)")
+
+
 @needs_data
 @pytest.mark.e2e
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
