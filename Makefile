@@ -34,8 +34,9 @@ test-slow:  ## long-running checks (the MNIST one is most of it)
 test-all:  ## every test: fast, e2e and slow (what CI runs; under CI=true a skip fails, except the CUDA tests)
 	$(PY) -m pytest -m "" $(PYTEST_ARGS)
 
-lint:  ## ruff check (rules in pyproject.toml)
+lint:  ## ruff check and the layer contract (lint-imports; both configured in pyproject.toml)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 data:  ## fetch, verify and convert every data set (BNNBENCH_MIRROR=<dir> to copy from a mirror)
 	$(BNN) data fetch all

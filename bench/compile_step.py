@@ -25,7 +25,7 @@ import time
 import torch
 import torch._dynamo
 
-from bnnbench.data import load_dataset
+from bnnbench.core.data import load_dataset
 
 from step_profile import CASES, Case  # bench/ is the script's folder, so it heads sys.path
 

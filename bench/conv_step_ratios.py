@@ -30,9 +30,9 @@ from pathlib import Path
 
 import torch
 
-from bnnbench.execute import device_of
+from bnnbench.run.execute import device_of
 from bnnbench.methods import METHODS, Batch, Problem
-from bnnbench.models.convnet import VGG16_HALF, ConvNet, flops_per_example
+from bnnbench.core.models.convnet import VGG16_HALF, ConvNet, flops_per_example
 
 NETS = {"mnist": ((1, 28, 28), [16, 16, "M", 32, 32, "M"]), "cifar": ((3, 32, 32), VGG16_HALF)}
 SETTINGS = {   # the CIFAR-10 protocol's (configs/protocol/nng_cifar10.yaml)

@@ -23,9 +23,9 @@ import time
 import torch
 from omegaconf import OmegaConf
 
-from bnnbench.execute import device_of
+from bnnbench.run.execute import device_of
 from bnnbench.methods import METHODS, Batch, Problem
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 PAPER_EPOCH_S = {"fac": 19.0, "li": 33.0, "fac_gi": 25.0, "gi": 65.0}
 

@@ -22,7 +22,7 @@ import time
 import torch
 
 from bnnbench.methods import METHODS, Batch, Problem
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 FAMILIES = ("fac", "li", "fac_gi", "gi")
 PAPER = {"li": 33 / 19, "fac_gi": 25 / 19, "gi": 65 / 19}

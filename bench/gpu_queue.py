@@ -234,14 +234,14 @@ def missing(entry: Entry, tiny: bool = False) -> list[str]:
 @functools.lru_cache(maxsize=None)
 def cells(entry: Entry, tiny: bool = False) -> list[tuple[str, str]]:
     """(label, data set) of each cell the entry runs (the experiment's cells, those of ``--label`` only)."""
-    from bnnbench.config import cell_label, experiment_spec
+    from bnnbench.run.config import cell_label, experiment_spec
     spec = experiment_spec(entry.experiment)
     keep = entry.labels(tiny)
     return [(cell_label(c), c["data"]) for c in spec["runs"] if keep is None or cell_label(c) in keep]
 
 
 def record_at(runs_root: Path, experiment: str, label: str, data: str) -> dict | None:
-    from bnnbench.results import load_record, run_dir
+    from bnnbench.run.results import load_record, run_dir
     return load_record(run_dir(runs_root, experiment, label, data))
 
 
@@ -304,7 +304,7 @@ def estimate(entry: Entry, ctx: Ctx, left: list[str] | None = None) -> float | N
 def resumed_fraction(ctx: Ctx, experiment: str, label: str, data: str = "mnist") -> float:
     """The part of slang_mnist's 115 000 steps that a cell's resume state in the runs root holds (an earlier lease's
     checkpoint, brought back): 25 000 for a finished first stage, and the steps of the newest checkpoint."""
-    from bnnbench.results import run_dir
+    from bnnbench.run.results import run_dir
     d = run_dir(ctx.runs_root, experiment, label, data)
     steps = 25_000 if any(d.glob(".stage0-*.pt")) else 0
     cks = sorted(d.glob(".checkpoint-*.pt"), key=lambda f: f.stat().st_mtime)

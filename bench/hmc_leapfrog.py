@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from bnnbench.methods import Batch, Problem
 from bnnbench.methods.hmc import HMC, full_batch
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 
 def timed_ms(fn, inner: int = 1) -> float:

@@ -14,10 +14,10 @@ import argparse
 
 import numpy as np
 
-from bnnbench import exact_vi, logreg
-from bnnbench.config import CommandLine, compose
-from bnnbench.data import load_dataset
-from bnnbench.protocol import resolve
+from bnnbench.methods import exact_vi, logreg
+from bnnbench.run.config import CommandLine, compose
+from bnnbench.core.data import load_dataset
+from bnnbench.run.protocol import resolve
 
 
 def main() -> None:

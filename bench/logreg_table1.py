@@ -20,15 +20,15 @@ import time
 
 import torch
 
-from bnnbench.data import load_dataset
-from bnnbench.protocol import resolve
-from bnnbench.fit import FitOptions, fit
+from bnnbench.core.data import load_dataset
+from bnnbench.run.protocol import resolve
+from bnnbench.run.fit import FitOptions, fit
 from bnnbench.methods import method_class
-from bnnbench.splits import select_splits, with_restarts
+from bnnbench.run.splits import select_splits, with_restarts
 
 
 def cell_spec(cell):
-    from bnnbench.config import CommandLine, cell_own_overrides, compose
+    from bnnbench.run.config import CommandLine, cell_own_overrides, compose
     ov = ["experiment=slang_table1", f"method={cell['method']}", f"data={cell['data']}",
           *cell_own_overrides(cell, "results/runs")]
     cfg = compose(ov)
@@ -46,8 +46,8 @@ def time_fit(spec, ds, epochs):
 
 
 def time_exact(cell):
-    from bnnbench.config import compose
-    from bnnbench.execute import execute
+    from bnnbench.run.config import compose
+    from bnnbench.run.execute import execute
     import tempfile
     ov = ["experiment=slang_table1", f"method={cell['method']}", f"data={cell['data']}", "progress=false"]
     with tempfile.TemporaryDirectory() as d:
@@ -79,7 +79,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--data", default=None, help="comma list of data sets (default: all four)")
     args = ap.parse_args()
-    from bnnbench.config import experiment_spec
+    from bnnbench.run.config import experiment_spec
     cells = experiment_spec("slang_table1")["runs"]
     if args.data:
         cells = [c for c in cells if c["data"] in args.data.split(",")]

@@ -8,7 +8,7 @@ one sample, measured in the same run (issue 5 asks for <= 5x at L = 32).
     python bench/mnist_epoch.py [--steps 5] [--device cpu] [--ranks 1,8,32] [--threads 1,2] [--json out.json]
 
 ``--threads`` times every row at each of these intra-op thread counts in turn (what ``threads=auto`` of a run was
-decided from: bnnbench/threads.py); without it, at torch's current count. ``--json`` also writes every row to a file
+decided from: bnnbench/run/threads.py); without it, at torch's current count. ``--json`` also writes every row to a file
 (bench/gpu_queue.py prices SLANG Table 3's GPU cells from it).
 """
 
@@ -18,7 +18,7 @@ import argparse
 
 import torch
 
-from bnnbench.execute import device_of
+from bnnbench.run.execute import device_of
 
 from step_ratios import CFG, device_name, time_steps, write_json
 

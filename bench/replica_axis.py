@@ -14,9 +14,9 @@ import time
 
 import torch
 
-from bnnbench.data import load_dataset
-from bnnbench.fit import FitOptions, fit
-from bnnbench.protocol import resolve
+from bnnbench.core.data import load_dataset
+from bnnbench.run.fit import FitOptions, fit
+from bnnbench.run.protocol import resolve
 
 
 def main():
@@ -24,7 +24,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
-    from bnnbench.config import CommandLine, compose
+    from bnnbench.run.config import CommandLine, compose
     ov = ["method=bbb", "data=uci/boston", "protocol=slang_uci", f"protocol.epochs={args.epochs}",
           "protocol.eval_every=null"]
     cfg = compose(ov)

@@ -45,11 +45,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from bnnbench.config import CommandLine, compose
-from bnnbench.data import load_dataset
-from bnnbench.engine import epoch_batches, make_batch
-from bnnbench.fit import FitOptions, program
-from bnnbench.protocol import resolve
+from bnnbench.run.config import CommandLine, compose
+from bnnbench.core.data import load_dataset
+from bnnbench.run.engine import epoch_batches, make_batch
+from bnnbench.run.fit import FitOptions, program
+from bnnbench.run.protocol import resolve
 
 CASES = [  # label, method, protocol
     ("BBB", "bbb", "slang_uci"),

@@ -36,9 +36,9 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from bnnbench.execute import device_of
+from bnnbench.run.execute import device_of
 from bnnbench.methods import METHODS, Batch, Problem
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 CFG = {
     "map": dict(lr=1e-3, betas=[0.9, 0.999], eps=1e-8, init_mean="uniform_fan_in"),

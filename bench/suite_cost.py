@@ -3,7 +3,7 @@ final training, evaluation after training), and the projected cost of ``make rep
 
     python bench/suite_cost.py [--runs-root results/runs] [--experiments a,b] [--markdown] [--no-measure]
 
-What a record measures (``bnnbench/execute.py``), and so what each phase is here:
+What a record measures (``bnnbench/run/execute.py``), and so what each phase is here:
 
 * ``hpo_time_s``: from the start of the run (its run directory claimed) to the end of the hyper-parameter selection,
   rounds replayed from a checkpoint included. It holds the run's own start-up (reading and checking the data set,
@@ -121,8 +121,8 @@ def makefile_experiments(makefile: Path = REPO / "Makefile") -> list[str]:
 def missing_cells(experiment: str, runs_root: Path) -> int:
     """Cells of ``experiment`` without a record or failure in ``runs_root``: ``reproduce`` runs them, at a cost no
     record gives."""
-    from bnnbench.config import cell_label, experiment_spec
-    from bnnbench.results import run_dir
+    from bnnbench.run.config import cell_label, experiment_spec
+    from bnnbench.run.results import run_dir
     spec = experiment_spec(experiment)
     return sum(not any((run_dir(runs_root, experiment, cell_label(c), c["data"]) / n).is_file()
                        for n in ("record.json", "failed.json")) for c in spec["runs"])
@@ -131,9 +131,9 @@ def missing_cells(experiment: str, runs_root: Path) -> int:
 def measure_startup(experiment: str) -> tuple[float, float]:
     """Seconds, now: a fresh Python importing what ``bnnbench reproduce`` imports, and one cell's Hydra composition."""
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import bnnbench.cli, bnnbench.execute"], check=True, cwd=REPO)
+    subprocess.run([sys.executable, "-c", "import bnnbench.cli, bnnbench.run.execute"], check=True, cwd=REPO)
     import_s = time.perf_counter() - t
-    from bnnbench.config import cell_overrides, compose, experiment_spec
+    from bnnbench.run.config import cell_overrides, compose, experiment_spec
     cell = experiment_spec(experiment)["runs"][0]
     ov = cell_overrides(experiment, cell, "results/runs")
     compose(ov)   # the first composition of a process also loads Hydra's plugins and the config tree

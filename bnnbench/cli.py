@@ -13,13 +13,14 @@ import sys
 from pathlib import Path
 
 from bnnbench import __version__
-from bnnbench.config import cell_label, cell_overrides, check_choices, experiment_spec, list_names
-from bnnbench.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, exit_code, how, sigterm_interrupts
+from bnnbench.run.cell import reproduce_cell as _reproduce_cell, run_dir_of, summary_lines
+from bnnbench.run.config import cell_label, cell_overrides, check_choices, experiment_spec, list_names
+from bnnbench.run.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, exit_code, how, sigterm_interrupts
 
 RESULTS = Path("results")       # the committed report, relative to the working directory (a checkout)
 RECORDS = str(RESULTS / "runs")  # the run records that results/tables and results/figures are rendered from
 RECORDS_HELP = f"the run records (default: {RECORDS})"
-EXIT_CONFIG, EXIT_FAILED = 2, 3   # and 130 / 143: interrupted by Ctrl-C / SIGTERM (bnnbench.signals)
+EXIT_CONFIG, EXIT_FAILED = 2, 3   # and 130 / 143: interrupted by Ctrl-C / SIGTERM (bnnbench.run.signals)
 EXIT_NO_RECORDS = 1   # ``table``: no record to render
 HELP_FLAGS = ("-h", "--help")
 RUN_USAGE = """usage: bnnbench run [-m] OVERRIDE [OVERRIDE ...]
@@ -45,37 +46,22 @@ Exit status: 0 done (or already recorded), 2 a configuration or data problem (no
 (failed.json says why), 130 interrupted by Ctrl-C, 143 stopped by SIGTERM (the same command resumes either)."""
 
 
-def _summary_lines(record: dict) -> list[str]:
-    lines = [f"{record['method']} on {record['dataset']} ({record['protocol']}), "
-             f"{len(record['metrics'])} splits, {record['wall_time_s']:.1f}s:"]
-    for k, s in record["summary"].items():
-        lines.append(f"  {k:>18s} = {s['mean']:.4f} +- {s['stderr']:.4f}  "
-                     f"(n={s['n']}, +- is {record['stderr_convention']})")
-    lines.append(f"  the paper's log-likelihood convention for this protocol: {record['loglik_convention_of_paper']}")
-    return lines
-
-
 def _error(msg: str) -> None:
     print(f"error: {msg}", file=sys.stderr, flush=True)
-
-
-def run_dir_of(cfg) -> Path:
-    from bnnbench.results import run_dir
-    return run_dir(cfg.runs_root, cfg.experiment.name if cfg.get("experiment") else None, cfg.label, cfg.data.name)
 
 
 def run_one(cfg, overrides: list[str]) -> int:
     """``execute`` one composed configuration, turning every expected failure into one line and an exit code:
     2 a configuration, data or run-directory problem (nothing ran), 3 a run that failed (``failed.json`` says why),
     130 / 143 an interruption by Ctrl-C / SIGTERM (the same command resumes from the last checkpoint)."""
-    from bnnbench.data import DataError
-    from bnnbench.engine import DivergenceError
-    from bnnbench.exact_vi import NotConvergedError
-    from bnnbench.execute import execute
+    from bnnbench.core.data import DataError
+    from bnnbench.run.engine import DivergenceError
+    from bnnbench.methods.exact_vi import NotConvergedError
+    from bnnbench.run.execute import execute
     from bnnbench.methods import UnknownMethodError
-    from bnnbench.config import ConfigError
-    from bnnbench.results import RunDirError
-    from bnnbench.signals import exit_code, resume_line
+    from bnnbench.run.config import ConfigError
+    from bnnbench.run.results import RunDirError
+    from bnnbench.run.signals import exit_code, resume_line
     run_dir = run_dir_of(cfg)
     try:
         record = execute(cfg, overrides, run_dir)
@@ -88,7 +74,7 @@ def run_one(cfg, overrides: list[str]) -> int:
     except KeyboardInterrupt as e:
         print(f"\n{resume_line(run_dir, e)}", file=sys.stderr, flush=True)
         return exit_code(e)
-    print("\n".join(_summary_lines(record)))
+    print("\n".join(summary_lines(record)))
     print(f"record: {run_dir / 'record.json'}")
     return 0
 
@@ -100,7 +86,7 @@ def cmd_run(overrides: list[str]) -> int:
     if err:
         _error(err)
         return EXIT_CONFIG
-    from bnnbench.config import ConfigError, check_overrides, compose_checked
+    from bnnbench.run.config import ConfigError, check_overrides, compose_checked
     flags = [o for o in overrides if o.startswith("-")]
     try:
         if any(f in ("-m", "--multirun") for f in flags):
@@ -117,7 +103,7 @@ def _multirun(flags: list[str], overrides: list[str]) -> int:
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
-    from bnnbench.config import config_dir, register_resolvers
+    from bnnbench.run.config import config_dir, register_resolvers
     register_resolvers()
     codes = []
 
@@ -147,41 +133,6 @@ def _cell_overrides(args, cell) -> list[str]:
     return [*cell_overrides(args.experiment, cell, args.runs_root), f"runs_root={args.runs_root}", *args.overrides]
 
 
-def _reproduce_cell(experiment: str, runs_root: str, ov: list[str], cores: int | None = None) -> str | None:
-    """Run one cell (in this process, or in a worker that may use ``cores`` cores); returns the lines to print, or
-    ``None`` for a cell a stopping worker does not start. An interrupted cell raises ``CellInterrupted`` with its
-    line."""
-    from bnnbench.signals import in_cell, stopping
-    if stopping():
-        return None
-    with in_cell():
-        return _run_cell(experiment, ov, cores)
-
-
-def _run_cell(experiment: str, ov: list[str], cores: int | None) -> str:
-    from bnnbench.config import ConfigError, compose
-    from bnnbench.engine import DivergenceError
-    from bnnbench.execute import execute
-    from bnnbench.exact_vi import NotConvergedError
-    from bnnbench.results import RunDirError
-    from bnnbench.signals import CellInterrupted, exit_code, resume_line
-    from bnnbench.threads import share_cores
-    if cores:
-        share_cores(cores)
-    cfg = compose(ov)
-    run_dir = run_dir_of(cfg)
-    head = f"== {experiment}: {cfg.label} on {cfg.data.name} -> {run_dir}"
-    try:
-        rec = execute(cfg, ov, run_dir)
-        return "\n".join([head, *_summary_lines(rec)])
-    except (DivergenceError, NotConvergedError) as e:
-        return f"{head}\n   FAILED (recorded in failed.json, not a result): {e}"
-    except (ConfigError, RunDirError) as e:
-        return f"{head}\n   skipped: {e}"
-    except KeyboardInterrupt as e:
-        raise CellInterrupted(resume_line(run_dir, e), exit_code(e)) from None
-
-
 def _unknown_filter(experiment: str, spec: dict, keep_data: set | None, keep_label: set | None) -> str | None:
     """Why ``--data`` / ``--label`` select nothing real (a typo would otherwise run nothing and still rewrite the
     tables): a data set or label that no cell of the experiment has, or a pair of filters no cell meets. An open
@@ -204,7 +155,7 @@ def _unknown_filter(experiment: str, spec: dict, keep_data: set | None, keep_lab
 def _run_wave(args, wave: list[list[str]]) -> int:
     """Run the cells ``wave`` one after the other in this process; returns 0, or the exit code of an interruption
     (its line printed)."""
-    from bnnbench.signals import CellInterrupted
+    from bnnbench.run.signals import CellInterrupted
     for ov in wave:
         try:
             print(_reproduce_cell(args.experiment, args.runs_root, ov), flush=True)
@@ -216,12 +167,12 @@ def _run_wave(args, wave: list[list[str]]) -> int:
 
 def _run_wave_in_workers(args, wave: list[list[str]], jobs: int) -> int:
     """Run the cells ``wave`` in ``jobs`` worker processes, printing each cell's lines in order; returns 0, or the exit
-    code of an interruption, after every worker has stopped (``bnnbench.signals``) and each interrupted cell's line
+    code of an interruption, after every worker has stopped (``bnnbench.run.signals``) and each interrupted cell's line
     has been printed."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
-    from bnnbench.signals import CellInterrupted, exit_code, stop_workers, worker_init
-    from bnnbench.threads import available_cores
+    from bnnbench.run.signals import CellInterrupted, exit_code, stop_workers, worker_init
+    from bnnbench.run.threads import available_cores
     cores = max(1, available_cores() // jobs)
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=worker_init)
     futures = [pool.submit(_reproduce_cell, args.experiment, args.runs_root, ov, cores) for ov in wave]
@@ -246,7 +197,7 @@ def _run_wave_in_workers(args, wave: list[list[str]], jobs: int) -> int:
 def _print_outcome(future) -> None:
     """What a cell of an interrupted wave left: its lines when it finished, its ``CellInterrupted`` line when it was
     interrupted; nothing when it never started."""
-    from bnnbench.signals import CellInterrupted
+    from bnnbench.run.signals import CellInterrupted
     if future.cancelled():
         return
     e = future.exception()
@@ -282,7 +233,7 @@ def cmd_reproduce(args) -> int:
     waves = [[ov for c, ov in cells if not any("{runs_root}" in o for o in c.get("overrides", []))],
              [ov for c, ov in cells if any("{runs_root}" in o for o in c.get("overrides", []))]]
     launched = 0
-    from bnnbench import launchers
+    from bnnbench.run import launchers
     if launchers.wanted(args):   # one job per cell (or shared selection) through a Hydra launcher (launchers.py)
         launched, waves = launchers.launch(args, cells), []
         if launched == EXIT_CONFIG:
@@ -309,12 +260,13 @@ def _no_records(args) -> int:
 
 
 def cmd_table(args) -> int:
-    from bnnbench.counts import count_line, update_summaries
-    from bnnbench.results import finished_run_dirs
-    from bnnbench.tables import build_table, write_tables
+    from bnnbench.judge.counts import count_line, update_summaries
+    from bnnbench.run.results import finished_run_dirs
+    from bnnbench.judge.tables import build_table
+    from bnnbench.present.render import write_tables
     spec = experiment_spec(args.experiment)
     if spec.get("leaderboard"):
-        from bnnbench.leaderboard import write_leaderboard
+        from bnnbench.judge.leaderboard import write_leaderboard
         if not finished_run_dirs(args.runs_root, args.experiment):
             return _no_records(args)
         paths = write_leaderboard(spec, Path(args.runs_root), Path(args.out))
@@ -334,7 +286,7 @@ def cmd_table(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from bnnbench.plots import (box_figure, convergence_figure, covariance_figure, elbo_depth_figure,
+    from bnnbench.present.plots import (box_figure, convergence_figure, covariance_figure, elbo_depth_figure,
                                 final_values_table, predictive_figure)
     spec = experiment_spec(args.experiment)
     fig = spec.get("figure") or {}
@@ -360,7 +312,7 @@ def cmd_plot(args) -> int:
 
 def cmd_report(args) -> int:
     import time
-    from bnnbench.report import build_site
+    from bnnbench.present.report import build_site
     t = time.perf_counter()
     pages = build_site(Path(args.results), Path(args.out))
     index = Path(args.out) / "index.html"
@@ -370,7 +322,7 @@ def cmd_report(args) -> int:
 
 def cmd_check_method(args) -> int:
     """Exit 0 when every contract check passes, 1 (with what failed and why) when one does not."""
-    from bnnbench.contract import check_method
+    from bnnbench.run.contract import check_method
     from bnnbench.methods import UnknownMethodError
     try:
         results = check_method(args.name)
@@ -386,7 +338,7 @@ def cmd_check_method(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from bnnbench.data import list_datasets
+    from bnnbench.core.data import list_datasets
     from bnnbench.methods import METHODS
     what = args.what
     if what in ("all", "datasets"):
@@ -405,20 +357,20 @@ def cmd_list(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from bnnbench.data import cli as data_cli
+    from bnnbench.core.data import cli as data_cli
     if args.action == "list":
         return data_cli(["--list"])
     return data_cli([*args.names, "--prepare"])
 
 
 def cmd_regression(args) -> int:
-    from bnnbench.regression_check import main as regression_main
+    from bnnbench.judge.regression_check import main as regression_main
     return regression_main(args)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line. SIGTERM stops it as Ctrl-C does (``bnnbench.signals``); an interruption outside a run (while
-    starting up, rendering tables) is one line and exit 130 (Ctrl-C) or 143 (SIGTERM), never a traceback."""
+    """The command line. SIGTERM stops it as Ctrl-C does (``bnnbench.run.signals``); an interruption outside a run
+    (while starting up, rendering tables) is one line and exit 130 (Ctrl-C) or 143 (SIGTERM), never a traceback."""
     try:
         with sigterm_interrupts():
             return _main(list(sys.argv[1:] if argv is None else argv))
@@ -428,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    from bnnbench.regression_check import MAX_CELL_S   # here: imports numpy, after main's signal handling is in place
+    # here: it imports numpy, after main's signal handling is in place
+    from bnnbench.judge.regression_check import MAX_CELL_S
     if argv and argv[0] == "run":
         if any(a in HELP_FLAGS for a in argv[1:]):
             print(RUN_USAGE)
@@ -447,7 +400,7 @@ def _main(argv: list[str]) -> int:
     r.add_argument("--jobs", type=int, default=1, help="cells run at a time in worker processes")
     r.add_argument("--data", help="only the cells of these data sets (comma list, e.g. libsvm/a1a,usps/3vs5)")
     r.add_argument("--label", help="only the cells of these methods / run labels (comma list)")
-    from bnnbench.launchers import add_arguments as launcher_arguments
+    from bnnbench.run.launchers import add_arguments as launcher_arguments
     launcher_arguments(r)   # --launcher joblib | submitit_slurm | ... and its settings
     t = sub.add_parser("table", help="render an experiment's table from its run records")
     t.add_argument("experiment")

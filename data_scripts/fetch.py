@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
-from bnnbench.data import cli  # noqa: E402
+from bnnbench.core.data import cli  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(cli(sys.argv[1:]))

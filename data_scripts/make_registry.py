@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Generate ``bnnbench/data/registry.json`` from the raw-data mirror's MANIFEST.md.
+"""Generate ``bnnbench/core/data/registry.json`` from the raw-data mirror's MANIFEST.md.
 
 The registry is the single source of truth the data layer uses at run time:
 

@@ -1,8 +1,8 @@
 """Convert the SLANG authors' CSV behind Table 1 / appendix Table 7
-(``bnnbench/reference/from_original_code/slang_table_1_7.csv``: means and standard errors of all ten
-columns, L = 2 included) into the long reference format of ``bnnbench/reference/*.csv``.
+(``bnnbench/judge/reference/from_original_code/slang_table_1_7.csv``: means and standard errors of all ten
+columns, L = 2 included) into the long reference format of ``bnnbench/judge/reference/*.csv``.
 
-    python data_scripts/slang_table1_authors.py   # writes bnnbench/reference/slang_table1_authors.csv
+    python data_scripts/slang_table1_authors.py   # writes bnnbench/judge/reference/slang_table1_authors.csv
 
 Values are copied as strings, exactly as the authors' file prints them; KL values are on the true scale
 (the paper prints them x 10^-k). ``error`` is the authors' standard error (MATLAB std / sqrt(R)).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-REF = Path(__file__).resolve().parents[1] / "bnnbench" / "reference"
+REF = Path(__file__).resolve().parents[1] / "bnnbench" / "judge" / "reference"
 SOURCE = REF / "from_original_code" / "slang_table_1_7.csv"
 OUT = REF / "slang_table1_authors.csv"
 

@@ -1,6 +1,6 @@
 """Ctrl-C at a chosen point of a run, for the tests of checkpoints and resumption."""
 
-import bnnbench.engine as engine
+import bnnbench.run.engine as engine
 
 
 def ctrl_c_at_evaluation(monkeypatch, n: int):

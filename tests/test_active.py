@@ -1,4 +1,4 @@
-"""Pool-based active learning (bnnbench.active; the noisy natural gradient paper's Table 3 in PBP's protocol)."""
+"""Pool-based active learning (bnnbench.run.active; the noisy natural gradient paper's Table 3 in PBP's protocol)."""
 
 from dataclasses import replace
 
@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from bnnbench import active
-from bnnbench.config import CommandLine, ConfigError, compose
-from bnnbench.data import Dataset, Split
-from bnnbench.fit import FitOptions
-from bnnbench.protocol import resolve
-from bnnbench.splits import pool_rows, select_splits
+from bnnbench.run import active
+from bnnbench.run.config import CommandLine, ConfigError, compose
+from bnnbench.core.data import Dataset, Split
+from bnnbench.run.fit import FitOptions
+from bnnbench.run.protocol import resolve
+from bnnbench.run.splits import pool_rows, select_splits
 
 OUTLIER = 123
 

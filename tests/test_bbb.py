@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from bnnbench.methods import BBB, Batch, Problem
-from bnnbench.metrics import kl_diag_gaussians
-from bnnbench.models import MLP
+from bnnbench.core.metrics import kl_diag_gaussians
+from bnnbench.core.models import MLP
 
 DT = torch.float64
 

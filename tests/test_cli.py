@@ -9,12 +9,12 @@ import sys
 import pytest
 import torch
 
-from bnnbench import results
+from bnnbench.run import results
 from bnnbench.cli import main
-from bnnbench.config import compose
-from bnnbench.engine import DivergenceError
-from bnnbench.config import ConfigError
-from bnnbench.execute import execute
+from bnnbench.run.config import compose
+from bnnbench.run.engine import DivergenceError
+from bnnbench.run.config import ConfigError
+from bnnbench.run.execute import execute
 
 from datapaths import MIRROR, REPO
 
@@ -205,7 +205,7 @@ class _Interrupt(Exception):
 
 
 def test_interrupted_final_training_resumes_to_the_same_result(tmp_path, monkeypatch):
-    import bnnbench.engine as engine
+    import bnnbench.run.engine as engine
     ov = ["protocol.epochs=6", "checkpoint_every=2"]
     ref = _run(tmp_path / "ref", *ov)
     real = engine.evaluate
@@ -232,8 +232,8 @@ def test_interrupted_final_training_resumes_to_the_same_result(tmp_path, monkeyp
 
 
 def test_interrupted_bayesian_optimisation_resumes_to_the_same_choice(tmp_path, monkeypatch):
-    import bnnbench.execute as execute_mod
-    import bnnbench.selection as selection_mod
+    import bnnbench.run.execute as execute_mod
+    import bnnbench.run.selection as selection_mod
 
     def patch(f):  # the search rounds (selection) and the final training (execute)
         for mod in (selection_mod, execute_mod):

@@ -78,7 +78,7 @@ def _refuse_missing_mirror(tmp_path, monkeypatch):
 
 
 def _refuse_checksum(tmp_path, monkeypatch):
-    from bnnbench.data import registry
+    from bnnbench.core.data import registry
     monkeypatch.setitem(registry.file_entry(YACHT_DATA), "sha256", "0" * 64)
 
 
@@ -103,7 +103,7 @@ def test_a_refused_run_leaves_no_new_directories(data_env, tmp_path, monkeypatch
 
 
 def test_a_claimed_run_directory_keeps_what_existed_before(tmp_path):
-    from bnnbench.results import claimed
+    from bnnbench.run.results import claimed
     (tmp_path / "runs" / "adhoc").mkdir(parents=True)
     with claimed(tmp_path / "runs" / "adhoc" / "bbb" / "uci__yacht") as d:
         assert (d / ".lock").exists()
@@ -132,7 +132,7 @@ def test_report_of_no_records_has_no_empty_sections_or_notes(tmp_path, capsys):
 
 def test_report_lists_only_the_sections_it_has(tmp_path):
     import shutil
-    from bnnbench.report import build_site
+    from bnnbench.present.report import build_site
     results = tmp_path / "results"
     (results / "figures").mkdir(parents=True)
     shutil.copy(REPO / "results" / "figures" / "gi_fig1_predictive.png", results / "figures")
@@ -146,7 +146,7 @@ def test_report_lists_only_the_sections_it_has(tmp_path):
 @needs_mirror
 def test_a_nan_in_the_cached_data_is_blamed_on_the_data_and_data_fetch_rebuilds_it(data_env, tmp_path, capsys):
     import numpy as np
-    from bnnbench.data import load_dataset, store
+    from bnnbench.core.data import load_dataset, store
     load_dataset("uci/yacht")
     path = store.canonical_path("uci/yacht")
     arrays = store.read_npz(path)
@@ -163,7 +163,7 @@ def test_a_nan_in_the_cached_data_is_blamed_on_the_data_and_data_fetch_rebuilds_
 
 def test_non_finite_values_from_the_source_name_it():
     import numpy as np
-    from bnnbench.data import NonFiniteDataError, _check_finite
+    from bnnbench.core.data import NonFiniteDataError, _check_finite
     y = np.array([0.0, np.inf, 1.0])
     with pytest.raises(NonFiniteDataError, match=r"^toy: its raw files a.txt holds NaN or infinite values in y "
                                                  r"\(1 row\(s\): 1\).*Check the raw files of toy"):
@@ -172,7 +172,7 @@ def test_non_finite_values_from_the_source_name_it():
 
 
 def test_the_estimate_of_a_long_training_is_said_only_when_long():
-    from bnnbench.engine import eta_notice
+    from bnnbench.run.engine import eta_notice
     assert eta_notice(3.0, 3, 500) is None                               # 500 s left: under 10 minutes
     assert eta_notice(3.0, 3, 1000) == ("estimated 17 min for the final training: 1000 more epochs at 1 s each "
                                         "(measured on the first epochs; Ctrl-C stops the run)")
@@ -183,7 +183,7 @@ def test_the_estimate_of_a_long_training_is_said_only_when_long():
 
 @needs_mirror
 def test_a_run_prints_its_estimate_once_after_the_first_epochs(data_env, tmp_path, monkeypatch, capsys):
-    import bnnbench.engine as engine
+    import bnnbench.run.engine as engine
     ov = ["method=bbb", "data=uci/yacht", "protocol.epochs=5", "protocol.splits=[0]", "progress=false"]
     assert main(["run", *ov, f"runs_root={tmp_path / 'a'}"]) == 0
     assert "estimated" not in capsys.readouterr().out                   # a short run says nothing
@@ -262,7 +262,7 @@ def test_an_interrupted_reproduce_says_what_each_cell_left(data_env, tmp_path, s
 
 
 def test_ctrl_c_while_starting_up_is_one_line(monkeypatch, tmp_path, capsys):
-    import bnnbench.config as config
+    import bnnbench.run.config as config
 
     def interrupted(overrides):
         raise KeyboardInterrupt

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from bnnbench import results
-from bnnbench.config import compose
-from bnnbench.execute import resolve_run
+from bnnbench.run import results
+from bnnbench.run.config import compose
+from bnnbench.run.execute import resolve_run
 
 from datapaths import MIRROR, REPO
 
@@ -49,7 +49,7 @@ def test_committed_resume_state_belongs_to_an_unfinished_cell(env):
     """Resume state may be committed so that another machine continues a long cell, only beside no record, and only
     while it belongs to the configuration that cell resolves to today (anything else is stale). One test over all of
     them (none is committed most of the time: a parametrisation over nothing would skip, which fails under CI)."""
-    from bnnbench.config import cell_overrides, cells_in
+    from bnnbench.run.config import cell_overrides, cells_in
     for path in RESUME:
         assert results.load_record(path.parent) is None, f"{path}: its cell's record has landed; remove it"
         exp, label, slug = path.parent.relative_to(REPO / "results" / "runs").parts
@@ -60,9 +60,9 @@ def test_committed_resume_state_belongs_to_an_unfinished_cell(env):
 
 
 def test_migration_explains_only_changes_that_cannot_move_numbers():
-    """``bnnbench.migrate`` re-keys a schema-1 record whose settings only became explicit defaults (or were dropped
+    """``bnnbench.run.migrate`` re-keys a schema-1 record whose settings only became explicit defaults (or were dropped
     from a method that never read them), and refuses one whose configuration really changed."""
-    from bnnbench.migrate import schema1, unexplained
+    from bnnbench.run.migrate import schema1, unexplained
     new = {"config_schema": 2, "method": "bbb", "seed": 0,
            "spec": {"epochs": 40, "method": {"name": "bbb", "lr": 0.01, "learn_noise": False, "noise_lr_drop": True}}}
     old = schema1(new)
@@ -81,7 +81,7 @@ def test_migration_explains_only_changes_that_cannot_move_numbers():
 def test_committed_sampler_diagnostics_have_no_negative_or_uncapped_ess():
     """Every ESS a committed record's ``diagnostics`` hold (HMC: the smallest bulk ESS of the test predictions per
     split) lies in (0, S log10 S], S = chains x kept draws per chain: the range of Stan's and ArviZ's estimator
-    (``bnnbench.mcmc``; the records before it were checked by this test too: none was out of range)."""
+    (``bnnbench.core.mcmc``; the records before it were checked by this test too: none was out of range)."""
     import math
     checked = 0
     for path in RECORDS:

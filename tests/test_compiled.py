@@ -1,15 +1,16 @@
-"""The ``compile`` setting (bnnbench/compiled.py): resolved per method (only a ``compilable`` method's step is compiled,
-on an MLP), recorded, and hashed only when on, so that the records made before it keep their configuration hash."""
+"""The ``compile`` setting (bnnbench/run/compiled.py): resolved per method (only a ``compilable`` method's step is
+compiled, on an MLP), recorded, and hashed only when on, so that the records made before it keep their configuration
+hash."""
 
 import json
 
 import pytest
 import torch
 
-from bnnbench import results
+from bnnbench.run import results
 from bnnbench.cli import main
-from bnnbench.config import compose
-from bnnbench.execute import resolve_run
+from bnnbench.run.config import compose
+from bnnbench.run.execute import resolve_run
 
 from datapaths import MIRROR
 
@@ -48,7 +49,7 @@ def test_a_bad_compile_value_is_an_error_before_any_work(tmp_path, capsys, value
 
 @pytest.mark.slow   # a compilation: 10-30 s in a fresh inductor cache
 def test_a_compiled_run_records_compile_and_matches_the_eager_run_to_rounding(tmp_path, monkeypatch):
-    import bnnbench.compiled as compiled
+    import bnnbench.run.compiled as compiled
     calls = []
     real = compiled.compiled_step
     monkeypatch.setattr(compiled, "compiled_step", lambda m: calls.append(m.name) or real(m))

@@ -10,7 +10,7 @@ import torch
 
 from bnnbench import methods
 from bnnbench.cli import main
-from bnnbench.contract import check_compiled, check_method
+from bnnbench.run.contract import check_compiled, check_method
 from bnnbench.methods import MAP, BUILT_IN, METHODS, PluginError, plugin_methods
 from bnnbench.methods.map import MAPConfig
 
@@ -76,7 +76,7 @@ def test_an_entry_point_method_runs_like_a_built_in_one(monkeypatch, tmp_path, c
 
 
 def test_a_method_no_longer_registered_leaves_hydras_store(monkeypatch):
-    """The store is pickled into a launcher's jobs (bnnbench.launchers): a class of this test module in it stopped
+    """The store is pickled into a launcher's jobs (bnnbench.run.launchers): a class of this test module in it stopped
     every later job at unpickling, in processes that cannot import the module (CI of 992cec2)."""
     import pickle
     import subprocess
@@ -84,7 +84,7 @@ def test_a_method_no_longer_registered_leaves_hydras_store(monkeypatch):
 
     from hydra.core.config_store import ConfigStore
 
-    from bnnbench.config import register_resolvers
+    from bnnbench.run.config import register_resolvers
     with monkeypatch.context() as m:
         m.setitem(METHODS, "my_map", MyMAP)
         register_resolvers()
@@ -164,6 +164,6 @@ def test_a_compiled_step_equals_the_eager_step(name, settings, dtype):
 def test_the_compilable_methods_are_the_measured_ones():
     """``compilable`` is declared where the step compiles whole (checked above; measured 1.3-2x faster for BBB, VOGN,
     Vadam, noisy Adam and MC dropout by bench/compile_step.py) and inherited by their variants (Vprop, the MATLAB
-    Vadam, SGD); SLANG, noisy K-FAC and HMC are not (bnnbench/compiled.py says why)."""
+    Vadam, SGD); SLANG, noisy K-FAC and HMC are not (bnnbench/run/compiled.py says why)."""
     assert {n for n in BUILT_IN if METHODS[n].compilable} == {"bbb", "vogn", "vadam", "vprop", "vadam_matlab",
                                                              "noisy_adam", "map", "sgd", "mc_dropout"}

@@ -6,12 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bnnbench.augment import crop_flip
-from bnnbench.likelihoods import Categorical
-from bnnbench.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads
+from bnnbench.core.augment import crop_flip
+from bnnbench.core.likelihoods import Categorical
+from bnnbench.core.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads
 from bnnbench.methods import method_class
 from bnnbench.methods.base import Batch, Problem
-from bnnbench.models.convnet import ConvNet
+from bnnbench.core.models.convnet import ConvNet
 
 
 

@@ -1,6 +1,6 @@
-"""Counts of verdicts (bnnbench.counts): the count line's form, and the committed text against the committed tables:
-the generated summaries of README.md and results/README.md, each table's count line, and the list of cells better
-than the paper by |z| > 4 in results/README.md's misses. Fast: no training, no records."""
+"""Counts of verdicts (bnnbench.judge.counts): the count line's form, and the committed text against the committed
+tables: the generated summaries of README.md and results/README.md, each table's count line, and the list of cells
+better than the paper by |z| > 4 in results/README.md's misses. Fast: no training, no records."""
 
 import math
 import re
@@ -8,9 +8,9 @@ import re
 import pandas as pd
 import pytest
 
-from bnnbench.counts import (BEGIN, END, FAR_Z, cell_key, count_line, far_better, method_line, stale_summaries,
+from bnnbench.judge.counts import (BEGIN, END, FAR_Z, cell_key, count_line, far_better, method_line, stale_summaries,
                              summary_markdown, table_frames, tally, update_summaries)
-from bnnbench.render import render_latex, render_markdown
+from bnnbench.present.render import render_latex, render_markdown
 from datapaths import REPO
 
 TABLES = REPO / "results" / "tables"

@@ -10,10 +10,10 @@ import os
 import pytest
 import torch
 
-from bnnbench.config import compose
-from bnnbench.execute import execute
+from bnnbench.run.config import compose
+from bnnbench.run.execute import execute
 from bnnbench.methods import METHODS, Batch, slice_state
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 from datapaths import MIRROR
 from interrupts import ctrl_c_at_evaluation
@@ -107,7 +107,7 @@ def test_replica_update_equals_update_alone_on_the_device(case):
 def test_solved_methods_solve_alike_on_the_device(name, tmp_path, monkeypatch):
     import numpy as np
 
-    from bnnbench.engine import ReplicaData
+    from bnnbench.run.engine import ReplicaData
     from bnnbench.methods import Problem
     rng = np.random.default_rng(0)
     X = rng.normal(size=(50, 3))
@@ -162,7 +162,7 @@ def test_conv_step_on_the_device_equals_the_step_on_the_cpu(name):
     """The convolutional network (grouped convolutions, pools, batch normalisation, patches) and the methods that run
     on it: three steps from the same state and noise on the CPU and on the device, float64, agree to 1e-8."""
     from bnnbench.methods.base import Problem
-    from bnnbench.models.convnet import ConvNet
+    from bnnbench.core.models.convnet import ConvNet
     g = torch.Generator().manual_seed(2)
     model = ConvNet((2, 6, 6), [3, "M", 4], 3, fc=[5], batch_norm=True)
     method = METHODS[name]({**CONV[name], "init_mean": "xavier_uniform"}, model, "categorical")
@@ -184,7 +184,7 @@ def test_an_interrupted_run_resumes_on_the_device_to_the_same_numbers(tmp_path, 
     """The checkpoint is loaded onto the device (``map_location``) but the generator's state must stay a CPU tensor:
     a run interrupted after its epoch-2 checkpoint resumes there and ends where the uninterrupted run ends (the App. F
     lease of 2026-11-26 met ``RNG state must be a torch.ByteTensor`` here)."""
-    from bnnbench import results
+    from bnnbench.run import results
     from bnnbench.cli import main
     ov = ["method=bbb", "data=uci/yacht", "protocol.splits=[0,1]", "protocol.epochs=4", "protocol.eval_every=1",
           "checkpoint_every=2", "progress=false", f"device={DEVICE.type}"]

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import bnnbench.data as bd
-from bnnbench.data import DataError, Dataset, Split, registry, store
+import bnnbench.core.data as bd
+from bnnbench.core.data import DataError, Dataset, Split, registry, store
 
 from datapaths import MIRROR
 
@@ -229,7 +229,7 @@ def test_mnist(load):
 
 
 def test_mnist_bad_magic_is_rejected(tmp_path):
-    from bnnbench.data.mnist import read_idx
+    from bnnbench.core.data.mnist import read_idx
 
     p = tmp_path / "x.gz"
     with gzip.open(p, "wb") as f:
@@ -315,7 +315,7 @@ def test_cifar10_roundtrip_through_fetch(tmp_path, monkeypatch, via):
 
 
 def test_cifar10_rejects_foreign_pickle_globals(tmp_path):
-    from bnnbench.data.cifar10 import read_tarball
+    from bnnbench.core.data.cifar10 import read_tarball
 
     p = tmp_path / "c.tar.gz"
     _make_cifar_tarball(p, extra_pickle=collections.OrderedDict)  # any global outside the allow-list

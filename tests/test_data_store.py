@@ -1,4 +1,4 @@
-"""Registry, cache, mirror/download and checksum behaviour of bnnbench.data."""
+"""Registry, cache, mirror/download and checksum behaviour of bnnbench.core.data."""
 from __future__ import annotations
 
 import hashlib
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import bnnbench.data as bd
-from bnnbench.data import registry, store
-from bnnbench.data.errors import ChecksumError, DataError, DataMissingError, UnknownDatasetError
+import bnnbench.core.data as bd
+from bnnbench.core.data import registry, store
+from bnnbench.core.data.errors import ChecksumError, DataError, DataMissingError, UnknownDatasetError
 
 from datapaths import MIRROR, REPO
 
@@ -96,7 +96,7 @@ def test_registry_covers_every_dataset():
         assert all(f["url"].startswith(("http://", "https://")) for f in files)
         assert all(registry.checksum_of(f)[1] for f in files)
         used.update(f["path"] for f in files)
-        mod = importlib.import_module(f"bnnbench.data.{spec['family']}")
+        mod = importlib.import_module(f"bnnbench.core.data.{spec['family']}")
         assert callable(mod.build)
         assert spec["task"] in ("regression", "binary", "multiclass")
     unused = {e["path"] for e in registry.all_file_entries()} - used
@@ -366,7 +366,7 @@ def test_cli_list_and_fetch(data_env, capsys):
 
 
 def test_family_prefix_expansion():
-    from bnnbench.data import _expand
+    from bnnbench.core.data import _expand
 
     assert _expand("uci") == EXPECTED_DATASETS[:9]
     assert _expand("all") == EXPECTED_DATASETS

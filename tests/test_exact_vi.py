@@ -1,4 +1,4 @@
-"""Tests of bnnbench.exact_vi (exact Gaussian VI for Bayesian logistic regression).
+"""Tests of bnnbench.methods.exact_vi (exact Gaussian VI for Bayesian logistic regression).
 
 References are independent of the module: scipy.integrate.quad, brute-force Monte Carlo,
 central finite differences, torch.distributions KL, and the natural-gradient fixed point.
@@ -13,7 +13,7 @@ from numpy.polynomial.hermite_e import hermegauss
 from scipy.integrate import quad
 from scipy.special import expit, log_expit
 
-from bnnbench import exact_vi as ev
+from bnnbench.methods import exact_vi as ev
 
 from datapaths import MIRROR
 
@@ -379,7 +379,7 @@ def test_breast_cancer_full_vs_mf(tmp_path, monkeypatch):
     monkeypatch.setenv("BNNBENCH_MIRROR", str(MIRROR))
     monkeypatch.setenv("BNNBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("BNNBENCH_OFFLINE", "1")
-    from bnnbench.data import load_dataset
+    from bnnbench.core.data import load_dataset
 
     ds = load_dataset("libsvm/breast_cancer")
     split = ds.get_split("1")
@@ -425,7 +425,7 @@ def test_a1a_reproduces_slang_table1_exact_columns(tmp_path, monkeypatch):
     monkeypatch.setenv("BNNBENCH_MIRROR", str(MIRROR))
     monkeypatch.setenv("BNNBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("BNNBENCH_OFFLINE", "1")
-    from bnnbench.data import load_dataset
+    from bnnbench.core.data import load_dataset
 
     ds = load_dataset("libsvm/a1a")
     split = ds.get_split("official")

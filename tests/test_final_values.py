@@ -4,8 +4,8 @@ error) over the record's splits of the metric it names; -ELBO/N is the negated r
 import matplotlib.colors
 import numpy as np
 
-from bnnbench.plots import final_values_table
-from bnnbench.results import run_dir, write_record
+from bnnbench.present.plots import final_values_table
+from bnnbench.run.results import run_dir, write_record
 
 SPEC = {"name": "toyexp", "title": "Toy", "datasets": ["uci/yacht"],
         "methods": {"a": {"paper_method": "A"}, "b": {"paper_method": "B", "setting": "S"}},
@@ -36,7 +36,7 @@ def test_no_records_no_table(tmp_path):
 def test_a_column_per_setting_draws_each_family_in_one_colour(tmp_path, monkeypatch):
     """``figure.columns: setting`` (App. F's Fig. 7: a column per prior): each setting's runs in its own column, each
     line the mean over splits of the recorded history, a paper method in the same colour in every column."""
-    import bnnbench.plots as plots
+    import bnnbench.present.plots as plots
     spec = {"name": "toyexp", "datasets": ["mnist"],
             "methods": {f"{f}_{p}": {"paper_method": f.upper(), "setting": p}
                         for p in ("p1", "p2") for f in ("a", "b")},
@@ -65,7 +65,7 @@ def test_a_column_per_setting_draws_each_family_in_one_colour(tmp_path, monkeypa
 def test_a_figure_may_draw_runs_outside_the_table(tmp_path, monkeypatch):
     """``figure.methods`` may name a run the table does not list (Vadam's Figure 3 draws Vprop): it is drawn under its
     label, its band in its line's colour."""
-    import bnnbench.plots as plots
+    import bnnbench.present.plots as plots
     spec = {**SPEC, "figure": {"metrics": ["accuracy"], "methods": ["a", "extra"], "labels": {"extra": "Extra"}}}
     for m in ("a", "extra"):
         write_record(run_dir(tmp_path, "toyexp", m, "uci/yacht"), {"status": "ok", "metrics": []},

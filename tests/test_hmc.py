@@ -10,12 +10,12 @@ import torch
 from omegaconf import OmegaConf
 from scipy.signal import lfilter
 
-from bnnbench import mcmc
-from bnnbench.engine import ReplicaData, epoch_batches, make_batch, train
-from bnnbench.linalg.full_batch import gaussian_energy_grad
+from bnnbench.core import mcmc
+from bnnbench.run.engine import ReplicaData, epoch_batches, make_batch, train
+from bnnbench.core.linalg.full_batch import gaussian_energy_grad
 from bnnbench.methods import Batch, Problem
 from bnnbench.methods.hmc import HMC, full_batch
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 from datapaths import MIRROR
 
@@ -307,8 +307,8 @@ def env(module_env):
 
 @needs_mirror
 def test_the_default_protocol_is_refused_in_one_line_and_hmc_uci_records_diagnostics(tmp_path, env):
-    from bnnbench.config import ConfigError, compose
-    from bnnbench.execute import execute
+    from bnnbench.run.config import ConfigError, compose
+    from bnnbench.run.execute import execute
     ov = ["method=hmc", "data=uci/yacht", "progress=false"]
     with pytest.raises(ConfigError, match="full-batch.*protocol=hmc_uci"):
         execute(compose(ov), ov, tmp_path / "default", log=lambda m: None)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from bnnbench.hpo import GPBayesOpt, expected_improvement, grid_points, kfold_indices
+from bnnbench.run.hpo import GPBayesOpt, expected_improvement, grid_points, kfold_indices
 
 
 def test_expected_improvement_by_hand():

@@ -1,5 +1,6 @@
-"""Global inducing points and its sibling families (bnnbench/inducing, methods/inducing.py) against exact references:
-closed-form Bayesian linear regression and log evidence, dense algebra, numerical integration of the Gamma KL."""
+"""Global inducing points and its sibling families (bnnbench/methods/inducing, methods/inducing/method.py) against exact
+references: closed-form Bayesian linear regression and log evidence, dense algebra, numerical integration of the Gamma
+KL."""
 
 import math
 
@@ -8,12 +9,12 @@ import pytest
 import torch
 from scipy import integrate, stats
 
-from bnnbench.inducing import blr
-from bnnbench.inducing.gamma import kl_gamma, reparam_standard_gamma, standard_gamma
-from bnnbench.inducing.layers import Factorised
-from bnnbench.inducing.network import InducingNet
+from bnnbench.methods.inducing import blr
+from bnnbench.methods.inducing.gamma import kl_gamma, reparam_standard_gamma, standard_gamma
+from bnnbench.methods.inducing.layers import Factorised
+from bnnbench.methods.inducing.network import InducingNet
 from bnnbench.methods import METHODS, Batch, Problem
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 DT = torch.float64
 

@@ -1,7 +1,7 @@
-"""Convolutions, the spatial Inverse-Wishart prior and the CNNs of global inducing points (bnnbench/inducing) against
-exact references: every convolutional family unrolled as a linear map of explicitly cut image patches (dense
-regression, dense Gaussian densities), the Inverse-Wishart sampler against its moments and scipy's density, the
-spatial prior's ELBO term against the closed-form Wishart KL, and CIFAR-10 end to end on a tiny tarball."""
+"""Convolutions, the spatial Inverse-Wishart prior and the CNNs of global inducing points (bnnbench/methods/inducing)
+against exact references: every convolutional family unrolled as a linear map of explicitly cut image patches (dense
+regression, dense Gaussian densities), the Inverse-Wishart sampler against its moments and scipy's density, the spatial
+prior's ELBO term against the closed-form Wishart KL, and CIFAR-10 end to end on a tiny tarball."""
 
 import hashlib
 import json
@@ -12,12 +12,15 @@ import pytest
 import torch
 from scipy import special, stats
 
-from bnnbench.inducing.autocorrelation import autocorrelation
-from bnnbench.inducing.conv_layers import FactorisedConv, GlobalInducingConv, LocalInducingConv, PriorDrawConv
-from bnnbench.inducing.network import InducingNet
-from bnnbench.inducing.precision import KroneckerPrec
-from bnnbench.inducing.priors import LayerPrior
-from bnnbench.inducing.wishart import bartlett_factor, bartlett_noise, inverse_wishart_draw, inverse_wishart_log_prob
+from bnnbench.methods.inducing.autocorrelation import autocorrelation
+from bnnbench.methods.inducing.conv_layers import FactorisedConv, GlobalInducingConv, LocalInducingConv, PriorDrawConv
+from bnnbench.methods.inducing.network import InducingNet
+from bnnbench.methods.inducing.precision import KroneckerPrec
+from bnnbench.methods.inducing.priors import LayerPrior
+from bnnbench.methods.inducing.wishart import (bartlett_factor,
+                                               bartlett_noise,
+                                               inverse_wishart_draw,
+                                               inverse_wishart_log_prob)
 
 DT = torch.float64
 R, S, C, H, W, OUT, K = 2, 2, 2, 4, 5, 3, 3
@@ -262,7 +265,7 @@ def test_spatial_prior_on_a_linear_layer_is_the_librarys_one_pixel_fallback():
 @pytest.mark.parametrize("arch", ["mnist500_cnn", "resnet8"])
 def test_cnn_outputs_of_a_data_image_depend_on_the_inducing_images_only(arch):
     """gi over a CNN: changing the other data images leaves an image's outputs and the ELBO term unchanged."""
-    from bnnbench.inducing.architectures import build
+    from bnnbench.methods.inducing.architectures import build
     modules, shape = build(arch, [16, 3], [1, 4, 4], channels=2)
     net = InducingNet(modules, "gi", "spatial_iw", in_shape=shape, n_inducing=3)
     g = torch.Generator().manual_seed(9)
@@ -279,8 +282,8 @@ def test_cnn_outputs_of_a_data_image_depend_on_the_inducing_images_only(arch):
 
 
 def test_architectures_have_the_papers_layers():
-    from bnnbench.inducing import modules as m
-    from bnnbench.inducing.architectures import build
+    from bnnbench.methods.inducing import modules as m
+    from bnnbench.methods.inducing.architectures import build
     modules, shape = build("resnet8", [3072, 10], [3, 32, 32])
     net = InducingNet(modules, "gi", "spatial_iw", in_shape=shape, n_inducing=2)
     convs = [layer for layer in net.layers if isinstance(layer, GlobalInducingConv)]
@@ -303,9 +306,9 @@ def test_cifar10_end_to_end_writes_a_record_with_test_ll_and_accuracy(tmp_path, 
     and the error for the test images."""
     from test_data_loaders import _make_cifar_tarball
 
-    from bnnbench.config import compose
-    from bnnbench.data import registry
-    from bnnbench.execute import execute
+    from bnnbench.run.config import compose
+    from bnnbench.core.data import registry
+    from bnnbench.run.execute import execute
 
     src = tmp_path / "src" / "cifar10" / "cifar-10-python.tar.gz"
     src.parent.mkdir(parents=True)
@@ -332,7 +335,7 @@ def test_dual_regression_draws_are_the_posterior_affine_in_their_noise():
     """P < D: W(z, eps) of ``sample_weights_dual`` is affine in the noise, W = mean + B [z; eps]; its offset is the
     dense posterior mean, B B^T the dense posterior covariance (so W ~ q(W) exactly), and log p - log q at a draw the
     dense Gaussian densities'."""
-    from bnnbench.inducing.blr import sample_weights_dual
+    from bnnbench.methods.inducing.blr import sample_weights_dual
     g = torch.Generator().manual_seed(10)
     P, Dl = 3, 6
     U = torch.randn(P, Dl, generator=g, dtype=DT)

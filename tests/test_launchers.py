@@ -1,7 +1,7 @@
-"""``bnnbench reproduce --launcher``: cells as jobs through Hydra's launcher plugins (bnnbench/launchers.py). The jobs
-a reproduction makes (cells sharing a selection together), records equal to a plain ``reproduce``'s through joblib and
-submitit, a failed job reported by its cell and log, and a job killed as a scheduler kills one (SIGTERM, then SIGKILL)
-resumed from its checkpoint by the same command, to the numbers of an uninterrupted run."""
+"""``bnnbench reproduce --launcher``: cells as jobs through Hydra's launcher plugins (bnnbench/run/launchers.py). The
+jobs a reproduction makes (cells sharing a selection together), records equal to a plain ``reproduce``'s through joblib
+and submitit, a failed job reported by its cell and log, and a job killed as a scheduler kills one (SIGTERM, then
+SIGKILL) resumed from its checkpoint by the same command, to the numbers of an uninterrupted run."""
 
 import json
 import os
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from bnnbench.cli import main
-from bnnbench.launchers import jobs_of
+from bnnbench.run.launchers import jobs_of
 
 from datapaths import MIRROR
 
@@ -69,7 +69,7 @@ def test_a_job_that_failed_before_its_cells_is_reported_by_the_last_line_of_its_
     the job's traceback between two rules; the report gives the exception, not submitit's heading."""
     from submitit.core.utils import FailedJobError
 
-    from bnnbench.launchers import _why_no_result
+    from bnnbench.run.launchers import _why_no_result
     trace = "Traceback (most recent call last):\n  File ...\nModuleNotFoundError: No module named 'test_contract'"
     err = FailedJobError(f"Job (task=0) failed during processing with trace:\n{'-' * 22}\n{trace}\n{'-' * 22}\n"
                          "You can check full logs with 'job.stderr(0)'")

@@ -10,9 +10,9 @@ import pytest
 from scipy import stats
 
 from bnnbench.cli import main
-from bnnbench.config import experiment_spec
-from bnnbench.leaderboard import average_ranks, build_leaderboard, q_nemenyi, render_leaderboard
-from bnnbench.results import run_dir
+from bnnbench.run.config import experiment_spec
+from bnnbench.judge.leaderboard import average_ranks, build_leaderboard, q_nemenyi, render_leaderboard
+from bnnbench.run.results import run_dir
 
 SPEC = {"name": "lb", "title": "LB", "datasets": ["uci/a", "uci/b"],
         "methods": {"m1": {"label": "One"}, "m2": {"label": "Two"}, "m3": {"label": "Three"}},
@@ -102,7 +102,7 @@ def test_a_diverged_run_ranks_below_every_finished_one(runs):
 def test_claims_are_checked_against_the_table_with_the_differences_in_standard_errors():
     import pandas as pd
 
-    from bnnbench.leaderboard import render_claims
+    from bnnbench.judge.leaderboard import render_claims
     rows = [{"metric": "accuracy", "dataset": "mnist", "method": m, "mean": v, "se": 0.001, "n": 1, "rank": r,
              "best": "a", "p_vs_best": float("nan"), "tied_best": m == "a", "diverged": False}
             for m, v, r in (("a", 0.99, 1.0), ("b", 0.98, 2.0), ("c", 0.97, 3.0))]

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bnnbench.likelihoods import Bernoulli, Categorical, Gaussian
+from bnnbench.core.likelihoods import Bernoulli, Categorical, Gaussian
 
 DT = torch.float64
 

@@ -4,19 +4,20 @@ examples, each method's Gaussian q against its own sampler, the parameter order 
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bnnbench import exact_vi, logreg, results
-from bnnbench.config import ConfigError, compose
-from bnnbench.engine import ReplicaData
+from bnnbench.judge.reference import REFERENCE_DIR
+from bnnbench.methods import exact_vi, logreg
+from bnnbench.run import results
+from bnnbench.run.config import ConfigError, compose
+from bnnbench.run.engine import ReplicaData
 from bnnbench.methods import METHODS, Batch, Problem
-from bnnbench.models import MLP
-from bnnbench.execute import execute
+from bnnbench.core.models import MLP
+from bnnbench.run.execute import execute
 
 from datapaths import MIRROR
 
@@ -253,8 +254,8 @@ def test_stochastic_column_end_to_end(tmp_path, env):
 
 @needs_mirror
 def test_figures_from_stored_posteriors(tmp_path, env):
-    from bnnbench.config import experiment_spec
-    from bnnbench.plots import convergence_figure, covariance_figure
+    from bnnbench.run.config import experiment_spec
+    from bnnbench.present.plots import convergence_figure, covariance_figure
     _, d_full = _run(tmp_path, "exact_full")
     _run(tmp_path, "exact_mf")
     _run(tmp_path, "slang", "method.rank=2", "protocol.epochs=4", "protocol.eval_every=2", label="slang_L1")
@@ -268,8 +269,8 @@ def test_figures_from_stored_posteriors(tmp_path, env):
 
 @needs_mirror
 def test_vadam_figure2_cells_and_box_figure(tmp_path, env):
-    from bnnbench.config import experiment_spec
-    from bnnbench.plots import box_figure
+    from bnnbench.run.config import experiment_spec
+    from bnnbench.present.plots import box_figure
     spec = experiment_spec("vadam_fig2")
     runs = {(r["data"], r.get("label", r["method"])): r for r in spec["runs"]}
     for label in ("vadam_M8", "vogn1"):
@@ -331,8 +332,8 @@ def test_splits_are_the_authors_matlab_splits(env):
     ``setSeed(s); randperm(N)``) its -ELBO/N must give the mean and standard error of their CSV
     (``table_1_7.csv``: 0.108638, se 0.002873). Other random splits miss by ~0.005 (sd over groups of 20)."""
     import pandas as pd
-    from bnnbench.data import load_dataset
-    ref = pd.read_csv(Path(logreg.__file__).parent / "reference" / "slang_table1_authors.csv")
+    from bnnbench.core.data import load_dataset
+    ref = pd.read_csv(REFERENCE_DIR / "slang_table1_authors.csv")
     ref = ref[(ref.dataset == "breast_cancer") & (ref.method == "Full-Gaussian Exact") & (ref.metric == "neg_elbo")]
     ds = load_dataset("libsvm/breast_cancer")
     assert [s.name for s in ds.splits] == [str(s) for s in range(1, 21)]

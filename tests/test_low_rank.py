@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from bnnbench.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag,
+from bnnbench.core.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag,
                                       logdet_precision, nystrom_eig, precision_diag_of_cov, top_eigh)
-from bnnbench.linalg.per_example import (forward_cache, gradient_gram, gradient_t_times, gradient_times,
+from bnnbench.core.linalg.per_example import (forward_cache, gradient_gram, gradient_t_times, gradient_times,
                                          layer_factors, materialise)
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 DT = torch.float64
 

@@ -1,4 +1,4 @@
-"""The chain diagnostics (bnnbench/mcmc.py) against ArviZ's (arviz-stats, a test dependency: the dev extra), which
+"""The chain diagnostics (bnnbench/core/mcmc.py) against ArviZ's (arviz-stats, a test dependency: the dev extra), which
 follow the Stan Reference Manual and Vehtari et al. (2021): rank-normalised split R-hat, bulk, tail and mean ESS with
 Geyer's initial positive and monotone sequences and the S log10 S cap, on independent, positively correlated and
 antithetic AR(1) chains. Fast: about a second."""
@@ -10,7 +10,7 @@ import pytest
 from arviz_stats.base import array_stats as az
 from scipy.signal import lfilter
 
-from bnnbench import mcmc
+from bnnbench.core import mcmc
 
 
 def ar1(phi, shape, n, seed):

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from bnnbench.methods import METHODS, Batch, Problem
 from bnnbench.methods.mean_field import DiagonalPrecision, MeanField
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 DT = torch.float64
 R, N = 3, 40

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bnnbench.metrics import (classification_metrics, kl_diag_gaussians, predictive_loglik,
+from bnnbench.core.metrics import (classification_metrics, kl_diag_gaussians, predictive_loglik,
                               regression_metrics, summarise)
 
 

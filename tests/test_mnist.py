@@ -7,8 +7,8 @@ import json
 import pytest
 
 from bnnbench.cli import main
-from bnnbench.config import compose
-from bnnbench.execute import execute
+from bnnbench.run.config import compose
+from bnnbench.run.execute import execute
 
 from datapaths import MIRROR
 
@@ -46,7 +46,7 @@ class _Interrupt(Exception):
 
 @needs_mirror
 def test_stages_train_on_50k_then_60k_and_resume_between_stages(tmp_path, env, monkeypatch):
-    import bnnbench.stages as stages_mod
+    import bnnbench.run.stages as stages_mod
     real, seen = stages_mod.fit_replicas, []
     monkeypatch.setattr(stages_mod, "fit_replicas", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
     ref = _run(tmp_path / "ref")

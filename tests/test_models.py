@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 DT = torch.float64
 

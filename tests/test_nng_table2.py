@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from bnnbench.cli import main
-from bnnbench.data import registry
+from bnnbench.core.data import registry
 from test_data_loaders import _make_cifar_tarball
 
 

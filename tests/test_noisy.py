@@ -10,8 +10,8 @@ from omegaconf import OmegaConf
 from bnnbench.methods import METHODS, Batch, Problem
 from bnnbench.methods import gamma_noise
 from bnnbench.methods.gamma_noise import kl_gamma
-from bnnbench.models import MLP
-from bnnbench.config import ConfigError
+from bnnbench.core.models import MLP
+from bnnbench.run.config import ConfigError
 
 DT = torch.float64
 BASE = dict(lr=0.01, kl_weight=1.0, damping_ex=0.0, train_samples=2, init_mean="uniform_fan_in", learn_noise=True,
@@ -337,7 +337,7 @@ def test_learn_noise_without_its_prior_is_a_clear_error():
 def test_sampled_target_cotangents_are_the_likelihood_gradient_and_update_runs_without_autograd(name):
     """The Gaussian's sampled-target cotangent sqrt(tau) eps equals d log N(y~ | f, 1/tau) / df at y~ = f + eps /
     sqrt(tau); ``update`` (inference mode: no autograd graph) gives the same state as ``step`` with grad mode on."""
-    from bnnbench.likelihoods import Gaussian
+    from bnnbench.core.likelihoods import Gaussian
 
     g = torch.Generator().manual_seed(5)
     model = MLP([3, 4, 1])

@@ -10,9 +10,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bnnbench.contract import check_method, slice_noise
+from bnnbench.run.contract import check_method, slice_noise
 from bnnbench.methods import METHODS, Batch, Problem, slice_state
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 DT = torch.float64
 N, LAM = 40, 2.0

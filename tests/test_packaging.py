@@ -22,9 +22,11 @@ def test_the_wheel_holds_every_config_reference_table_and_the_registry(tmp_path)
     (wheel,) = tmp_path.glob("bnnbench-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     wanted = {f"bnnbench/configs/{p.relative_to(REPO / 'configs')}" for p in (REPO / "configs").rglob("*.yaml")}
-    wanted |= {f"bnnbench/reference/{p.relative_to(REPO / 'bnnbench' / 'reference')}"
-               for p in (REPO / "bnnbench" / "reference").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-    wanted |= {"bnnbench/data/registry.json", "bnnbench/configs/__init__.py", "bnnbench/methods/__init__.py"}
+    ref = REPO / "bnnbench" / "judge" / "reference"
+    wanted |= {f"bnnbench/judge/reference/{p.relative_to(ref)}" for p in ref.rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts}
+    wanted |= {f"{p.relative_to(REPO)}" for p in (REPO / "bnnbench").rglob("*.py")}   # every module of every layer
+    wanted |= {"bnnbench/core/data/registry.json", "bnnbench/configs/__init__.py", "bnnbench/methods/__init__.py"}
     listed = {f"bnnbench/configs/{d.relative_to(REPO / 'configs')}/".replace("/./", "/")
               for d in (REPO / "configs").rglob("*") if d.is_dir()}
     with open(REPO / "pyproject.toml", "rb") as f:

@@ -1,5 +1,5 @@
-"""Small-data trials (split_scheme kind subsample), metrics between two runs' predictives (bnnbench.paired; the noisy
-natural gradient paper's Table 4) and HMC's agreement-of-halves diagnostic. Fast: no training."""
+"""Small-data trials (split_scheme kind subsample), metrics between two runs' predictives (bnnbench.judge.paired; the
+noisy natural gradient paper's Table 4) and HMC's agreement-of-halves diagnostic. Fast: no training."""
 
 import json
 from pathlib import Path
@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bnnbench.config import ConfigError
-from bnnbench.data import Split
-from bnnbench.methods.hmc import predvar_agreement
-from bnnbench.paired import pearson, predvar, predvar_correlation
-from bnnbench.results import PREDICTIVE, RECORD
-from bnnbench.splits import pool_rows, select_splits
-from bnnbench.tables import build_table
+from bnnbench.run.config import ConfigError
+from bnnbench.core.data import Split
+from bnnbench.core.mcmc import predvar_agreement
+from bnnbench.judge.paired import pearson, predvar, predvar_correlation
+from bnnbench.run.results import PREDICTIVE, RECORD
+from bnnbench.run.splits import pool_rows, select_splits
+from bnnbench.judge.tables import build_table
 
 
 class _DS:
@@ -144,7 +144,7 @@ def test_a_cell_against_a_flagged_reference_run_is_inconclusive(tmp_path):
     cell = df.iloc[0]
     assert cell.verdict == "inconclusive" and cell.ours == ok.ours and cell.ours_se == ok.ours_se
     assert cell.run_status == "reference hmc flagged: R-hat 1.31 > 1.1"
-    from bnnbench.render import render_markdown
+    from bnnbench.present.render import render_markdown
     md = render_markdown(df, spec)
     assert "inconclusive (reference hmc flagged: R-hat 1.31 > 1.1)" in md
     assert "Reproduced per method: NNG-MVG 0 of 1: inconclusive 1." in md

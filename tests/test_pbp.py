@@ -12,7 +12,7 @@ from scipy import integrate, stats
 
 from bnnbench.methods import METHODS, Batch, Problem, slice_state
 from bnnbench.methods.pbp import PBP, gamma_moment_match, layer_moments, relu_moments
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 DT = torch.float64
 
@@ -163,8 +163,8 @@ def test_a_float32_run_gives_pbp_float64_data_and_state():
     """``dtype=float32`` (the default) still trains PBP in float64 (``Method.float64``; ``fit.program``)."""
     from types import SimpleNamespace
 
-    from bnnbench.fit import FitOptions, program
-    from bnnbench.protocol import RunSpec
+    from bnnbench.run.fit import FitOptions, program
+    from bnnbench.run.protocol import RunSpec
     rng = np.random.default_rng(0)
     ds = SimpleNamespace(X=rng.normal(size=(30, 3)), y=rng.normal(size=30))
     spec = RunSpec(method=OmegaConf.structured(METHODS["pbp"].Config), model_hidden=[4], activation="relu",

@@ -5,9 +5,9 @@ from Hydra's parser (``config.CommandLine``), not from splitting strings."""
 import pytest
 from omegaconf import OmegaConf
 
-from bnnbench.config import CommandLine, ConfigError, compose
+from bnnbench.run.config import CommandLine, ConfigError, compose
 from bnnbench.methods import METHODS
-from bnnbench.protocol import resolve
+from bnnbench.run.protocol import resolve
 
 
 def _spec(*overrides):
@@ -73,7 +73,7 @@ def test_last_batch_and_the_acquisition_settings_reach_the_run(monkeypatch):
 
     import numpy as np
 
-    from bnnbench import selection
+    from bnnbench.run import selection
 
     assert _spec("method=bbb", "data=uci/yacht").last_batch is None
     assert _spec("method=bbb", "data=uci/yacht", "protocol.last_batch=short").last_batch == "short"

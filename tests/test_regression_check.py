@@ -8,7 +8,7 @@ from argparse import Namespace
 import pandas as pd
 import pytest
 
-from bnnbench.regression_check import Moved, record_moves, rerun_cost, table_moves
+from bnnbench.judge.regression_check import Moved, record_moves, rerun_cost, table_moves
 
 from datapaths import MIRROR, REPO
 
@@ -73,7 +73,7 @@ def _args(res, tmp_path, **kw):
 @pytest.mark.e2e
 @pytest.mark.skipif(not MIRROR.is_dir(), reason="needs the data mirror")
 def test_a_perturbed_record_fails_the_check_naming_the_number(results_copy, tmp_path, capsys):
-    from bnnbench.regression_check import main
+    from bnnbench.judge.regression_check import main
     assert main(_args(results_copy, tmp_path)) == 0
     assert "1 re-run cell(s) repeat their records' numbers exactly" in capsys.readouterr().out
 
@@ -95,7 +95,7 @@ def test_a_perturbed_record_fails_the_check_naming_the_number(results_copy, tmp_
 
 
 def test_rerecord_needs_a_reason(tmp_path, capsys):
-    from bnnbench.regression_check import main
+    from bnnbench.judge.regression_check import main
     assert main(Namespace(results=str(tmp_path), runs_root=str(tmp_path), only=[], max_cell_s=0.0, rerecord=True,
                           reason=None)) == 2
     assert "--reason" in capsys.readouterr().out
@@ -110,9 +110,9 @@ def test_a_searched_runs_final_training_repeats_with_its_recorded_hyper_paramete
                                                                                      module_env):
     """What the check relies on: the final training after a search draws nothing from the search's stream, so
     re-running it with the hyper-parameters the record holds (``hpo=recorded``) gives the record's numbers."""
-    from bnnbench.config import cell_overrides, cells_in, compose
-    from bnnbench.execute import execute
-    from bnnbench.results import run_dir
+    from bnnbench.run.config import cell_overrides, cells_in, compose
+    from bnnbench.run.execute import execute
+    from bnnbench.run.results import run_dir
     cell, = cells_in("slang_table2", method, "uci__yacht")
     base = [*cell_overrides("slang_table2", cell, REPO / "results" / "runs"), "protocol.epochs=2", "threads=1",
             "progress=false", "protocol.splits=[0,1,2]"]

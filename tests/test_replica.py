@@ -9,13 +9,13 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench import methods
-from bnnbench.config import ConfigError
-from bnnbench.contract import slice_noise
-from bnnbench.engine import ReplicaData, Standardiser, epoch_batches, evaluate, make_batch, train
+from bnnbench.run.config import ConfigError
+from bnnbench.run.contract import slice_noise
+from bnnbench.run.engine import ReplicaData, Standardiser, epoch_batches, evaluate, make_batch, train
 from bnnbench.methods import METHODS, MAP, Batch, Problem, slice_state
-from bnnbench.models import MLP
-from bnnbench.protocol import RunSpec
-from bnnbench.fit import make_problem
+from bnnbench.core.models import MLP
+from bnnbench.run.protocol import RunSpec
+from bnnbench.run.fit import make_problem
 
 DT = torch.float64
 
@@ -49,7 +49,7 @@ def method_cfg(name: str, **settings):
 
 
 def test_every_registered_method_is_a_config_option_with_its_defaults():
-    from bnnbench.config import compose, list_names
+    from bnnbench.run.config import compose, list_names
     assert list_names("method") == sorted(METHODS)
     for name, cls in METHODS.items():
         assert OmegaConf.to_container(compose([f"method={name}"]).method) == OmegaConf.to_container(

@@ -7,16 +7,16 @@ import json
 import pytest
 import torch
 
-from bnnbench.config import CommandLine, compose
-from bnnbench.data import load_dataset
-from bnnbench.engine import DivergenceError
-from bnnbench.config import ConfigError
-from bnnbench.protocol import resolve
-from bnnbench.replica_workers import chunks, join_states, split_state
-from bnnbench.execute import execute
-from bnnbench.fit import FitOptions, fit
-from bnnbench.replica_workers import fit_replicas
-from bnnbench.splits import select_splits
+from bnnbench.run.config import CommandLine, compose
+from bnnbench.core.data import load_dataset
+from bnnbench.run.engine import DivergenceError
+from bnnbench.run.config import ConfigError
+from bnnbench.run.protocol import resolve
+from bnnbench.run.replica_workers import chunks, join_states, split_state
+from bnnbench.run.execute import execute
+from bnnbench.run.fit import FitOptions, fit
+from bnnbench.run.replica_workers import fit_replicas
+from bnnbench.run.splits import select_splits
 
 from datapaths import MIRROR
 

@@ -10,7 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from bnnbench.report import build_site
+from bnnbench.present.report import build_site
 from datapaths import REPO
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -95,7 +95,7 @@ def test_pages_load_in_a_browser_without_errors_and_the_index_shows_its_table(si
 
 
 def test_a_cell_links_to_the_note_that_concerns_it():
-    from bnnbench.report import _misses, _note_of, _notes_html
+    from bnnbench.present.report import _misses, _note_of, _notes_html
     readme = ("x\n* **SLANG Table 2, BBB on yacht (RMSE and LL worse).** text\n"
               "* **SLANG Table 2 / Vadam Table 1, Dropout on\n  concrete (worse).** more\n")
     misses = _misses(readme)

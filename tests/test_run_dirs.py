@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from bnnbench import results
+from bnnbench.run import results
 from bnnbench.cli import main
-from bnnbench.config import ConfigError, compose
+from bnnbench.run.config import ConfigError, compose
 
 from datapaths import MIRROR
 from interrupts import ctrl_c_at_evaluation
@@ -70,7 +70,7 @@ def test_a_run_directory_in_use_is_refused(tmp_path):
     ov = TINY
     with results.claimed(d):  # as if another process were training this configuration
         with pytest.raises(results.RunDirError, match="in use by another bnnbench process"):
-            from bnnbench.execute import execute
+            from bnnbench.run.execute import execute
             execute(compose(ov), ov, d, log=lambda m: None)
     assert not (d / "record.json").exists()
 

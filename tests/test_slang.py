@@ -4,9 +4,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bnnbench.linalg.per_example import per_example_grads
+from bnnbench.core.linalg.per_example import per_example_grads
 from bnnbench.methods import METHODS, Batch, Problem
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 DT = torch.float64
 

@@ -1,4 +1,4 @@
-"""Generated data sets (bnnbench/data/synthetic.py), the stored regression predictive (protocol.save_predictive),
+"""Generated data sets (bnnbench/core/data/synthetic.py), the stored regression predictive (protocol.save_predictive),
 the ELBO kept in records, and the figures built from them."""
 
 import math
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from bnnbench.cli import main
-from bnnbench.data import load_dataset
-from bnnbench.data.synthetic import log_evidence
-from bnnbench.results import load_predictive, load_record
+from bnnbench.core.data import load_dataset
+from bnnbench.core.data.synthetic import log_evidence
+from bnnbench.run.results import load_predictive, load_record
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -60,9 +60,9 @@ def test_a_run_stores_its_predictive_and_elbo_and_the_figures_draw(tmp_path):
 
 
 def test_the_neal_prior_scaling_gives_each_layer_the_precision_fan_in_plus_one():
-    from bnnbench.config import compose
-    from bnnbench.fit import program, FitOptions
-    from bnnbench.protocol import resolve
+    from bnnbench.run.config import compose
+    from bnnbench.run.fit import program, FitOptions
+    from bnnbench.run.protocol import resolve
     ov = ["method=hmc", "data=synthetic/gap_cubic", "protocol=gi_toy", "protocol.prior_scaling=fan_in"]
     spec = resolve(compose(ov))
     ds = load_dataset("synthetic/gap_cubic")

@@ -1,4 +1,4 @@
-"""Tests of the table/verdict layer (bnnbench.tables, .verdicts, .reference, .render). Fast: no training."""
+"""Tests of the table/verdict layer (bnnbench.judge.tables, .verdicts, .reference, .render). Fast: no training."""
 
 import json
 import math
@@ -7,10 +7,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bnnbench.reference import REFERENCE_DIR
-from bnnbench.render import render_latex, render_markdown
-from bnnbench.tables import COLUMNS, build_table, load_table, write_tables
-from bnnbench.verdicts import VERDICTS, compare_verdicts, verdict
+from bnnbench.judge.reference import REFERENCE_DIR
+from bnnbench.present.render import render_latex, render_markdown
+from bnnbench.judge.tables import COLUMNS, build_table, load_table
+from bnnbench.present.render import write_tables
+from bnnbench.judge.verdicts import VERDICTS, compare_verdicts, verdict
 
 DATASETS = ["uci/boston", "uci/concrete", "uci/energy", "uci/kin8nm",
             "uci/naval", "uci/power", "uci/wine", "uci/yacht"]
@@ -335,7 +336,7 @@ def test_render_latex_and_write_tables(runs, tmp_path):
 
 
 def test_slang_table1_reference_is_the_authors_csv():
-    """bnnbench/reference/slang_table1_authors.csv is exactly what data_scripts/slang_table1_authors.py makes
+    """bnnbench/judge/reference/slang_table1_authors.csv is exactly what data_scripts/slang_table1_authors.py makes
     of the authors' CSV (values as strings, as printed there)."""
     import csv
     import importlib.util
@@ -344,7 +345,7 @@ def test_slang_table1_reference_is_the_authors_csv():
     conv = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conv)
     rows = conv.convert()
-    with open(repo / "bnnbench" / "reference" / "slang_table1_authors.csv", newline="") as f:
+    with open(repo / "bnnbench" / "judge" / "reference" / "slang_table1_authors.csv", newline="") as f:
         assert list(csv.DictReader(f)) == rows
     assert len(rows) == 4 * 3 * 10
     cell = {(r["dataset"], r["method"], r["setting"], r["metric"]): r for r in rows}
@@ -354,8 +355,8 @@ def test_slang_table1_reference_is_the_authors_csv():
 
 def test_regression_subset_per_experiment():
     """CI re-runs the small UCI sets' cells, except where an experiment names its own (NNG: yacht only)."""
-    from bnnbench.config import experiment_spec
-    from bnnbench.regression_check import is_fast
+    from bnnbench.run.config import experiment_spec
+    from bnnbench.judge.regression_check import is_fast
     nng, slang = experiment_spec("nng_table1"), experiment_spec("slang_table2")
     assert is_fast({"method": "noisy_adam", "data": "uci/yacht"}, nng)
     assert not is_fast({"method": "noisy_kfac", "data": "uci/boston"}, nng)
@@ -421,7 +422,7 @@ def test_a_difference_above_the_printed_precision_still_counts(tmp_path):
 
 def test_the_three_australian_cells_where_the_print_and_the_csv_differ():
     """The authors' CSV rounded to the printed decimals equals the printed Table 1 everywhere but in three australian
-    cells (noted in bnnbench/reference/README.md)."""
+    cells (noted in bnnbench/judge/reference/README.md)."""
     from decimal import ROUND_HALF_EVEN, Decimal
     a = pd.read_csv(REFERENCE_DIR / "slang_table1_authors.csv", dtype=str, keep_default_na=False)
     p = pd.read_csv(REFERENCE_DIR / "slang_table1_logreg.csv", dtype=str, keep_default_na=False)

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from bnnbench import execute, fit, replica_workers, results, threads
+from bnnbench.run import execute, fit, replica_workers, results, threads
 from bnnbench.cli import _reproduce_cell, main
 
 from datapaths import MIRROR

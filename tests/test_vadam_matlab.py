@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench.methods import METHODS, Batch, Problem
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 DT = torch.float64
 

@@ -12,7 +12,7 @@ method's ``name``; its object: the ``Method`` subclass), e.g. in that package's 
     my_method = "my_package.my_module:MyMethod"
 
 and is then ``method=my_method`` like the built-in ones; ``bnnbench check-method my_method`` runs the suite's
-contract checks on it (``bnnbench.contract``).
+contract checks on it (``bnnbench.run.contract``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from bnnbench.methods.bbb import BBB
 from bnnbench.methods.exact_gaussian import ExactFullGaussian, ExactMeanField
 from bnnbench.methods.full_gaussian import FullGaussian
 from bnnbench.methods.hmc import HMC
-from bnnbench.methods.inducing import (FactorisedGlobalInducing, Factorised, GlobalInducing, LocalInducing,
+from bnnbench.methods.inducing.method import (FactorisedGlobalInducing, Factorised, GlobalInducing, LocalInducing,
                                        RandomGlobalInducing)
 from bnnbench.methods.map import MAP
 from bnnbench.methods.mc_dropout import MCDropout

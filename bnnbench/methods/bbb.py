@@ -19,12 +19,12 @@ from typing import List, Optional
 import torch
 import torch.nn.functional as F
 
-from bnnbench.metrics import kl_diag_gaussians
+from bnnbench.core.metrics import kl_diag_gaussians
 from bnnbench.methods import gamma_noise
 from bnnbench.methods.adam import adam
 from bnnbench.methods.base import Problem, State, hyper_state
 from bnnbench.methods.mean_field import MeanField
-from bnnbench.models.mlp import softplus_inv
+from bnnbench.core.models.mlp import softplus_inv
 
 
 @dataclass

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bnnbench.linalg.per_example import collapse_samples, forward_cache, materialise, sum_grads, sum_sq_grads
+from bnnbench.core.linalg.per_example import collapse_samples, forward_cache, materialise, sum_grads, sum_sq_grads
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of, standard_normal
 from bnnbench.methods.settings import MethodConfig
 from bnnbench.methods.natural import as_leaves, per_example_stats

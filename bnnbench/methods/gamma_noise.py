@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from bnnbench.config import ConfigError
+from bnnbench.core.errors import ConfigError
 from bnnbench.methods.adam import adam
 from bnnbench.methods.settings import MethodConfig
 

@@ -40,35 +40,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bnnbench import mcmc
-from bnnbench.config import ConfigError
-from bnnbench.linalg.full_batch import gaussian_energy_grad
+from bnnbench.core import mcmc
+from bnnbench.core.errors import ConfigError
+from bnnbench.core.linalg.full_batch import gaussian_energy_grad
 from bnnbench.methods.base import Batch, Method, Predictive, Problem, State, hyper_state
 from bnnbench.methods.settings import MethodConfig
-
-
-def predvar_agreement(f: np.ndarray, second: np.ndarray, valid: np.ndarray) -> dict:
-    """Whether the reference has converged for a comparison of predictive variances (the noisy natural gradient
-    paper's Table 4): per replica, the Pearson correlation over its test rows between the predictive variances
-    Var[y_t] = E[f_t^2 + 1/tau] - E[f_t]^2 of the first and the second half of the chains
-    (``predvar_corr_chain_halves``: two independent runs of C/2 chains), and between those of the first half of
-    the kept draws and of all of them (``predvar_corr_first_half``: the run at half its length). ``f``, ``second``:
-    ``[R, T, C, k]``; ``valid``: ``[R, T]``."""
-    from bnnbench.paired import pearson
-
-    def var(sel_f, sel_s):
-        return sel_s.mean((-2, -1)) - sel_f.mean((-2, -1)) ** 2
-
-    C, k = f.shape[-2:]
-    full = var(f, second)
-    out = {}
-    if C >= 2:
-        a, b = var(f[..., :C // 2, :], second[..., :C // 2, :]), var(f[..., C // 2:, :], second[..., C // 2:, :])
-        out["predvar_corr_chain_halves"] = [pearson(a[r][valid[r]], b[r][valid[r]]) for r in range(len(a))]
-    if k >= 2:
-        h = var(f[..., : k // 2], second[..., : k // 2])
-        out["predvar_corr_first_half"] = [pearson(h[r][valid[r]], full[r][valid[r]]) for r in range(len(h))]
-    return out
 
 
 @dataclass
@@ -333,7 +309,7 @@ class HMC(Method):
         (``mcmc``: Stan's and ArviZ's) over the C chains of the test predictions: f(x_t) (whose mean is the predictive
         mean) and f(x_t)^2 + 1/tau (whose mean minus the squared predictive mean is the predictive variance), their
         largest R-hat and smallest ESS over the test points, per replica (``data``: ``engine.ReplicaData``), and how
-        well the predictive variances of independent parts of the run agree (:func:`predvar_agreement`); the run is
+        well the predictive variances of independent parts of the run agree (``mcmc.predvar_agreement``); the run is
         flagged when an R-hat exceeds ``rhat_max``."""
         theta, tau = self.kept(state)
         R, C, k, P = theta.shape
@@ -354,7 +330,7 @@ class HMC(Method):
             out[f"rhat_{name}_max"] = np.where(valid, mcmc.rhat(draws), -np.inf).max(1).tolist()
             out[f"ess_bulk_{name}_min"] = np.where(valid, mcmc.ess_bulk(draws), np.inf).min(1).tolist()
             out[f"ess_tail_{name}_min"] = np.where(valid, mcmc.ess_tail(draws), np.inf).min(1).tolist()
-        out.update(predvar_agreement(f, second, valid))
+        out.update(mcmc.predvar_agreement(f, second, valid))
         worst = max(max(out["rhat_mean_max"]), max(out["rhat_var_max"]))
         out["flagged"] = bool(worst > float(self.cfg.rhat_max))
         halves = out.get("predvar_corr_chain_halves")

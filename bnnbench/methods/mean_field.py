@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from bnnbench.methods.base import Method, standard_normal
-from bnnbench.metrics import kl_diag_gaussians
+from bnnbench.core.metrics import kl_diag_gaussians
 
 
 class MeanField(Method):

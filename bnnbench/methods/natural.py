@@ -1,13 +1,13 @@
 """Shared pieces of the weight-perturbation natural-gradient methods (VOGN, Vadam, Vprop):
 Gaussian samples of the weights as per-layer leaves, minibatch gradients per MC sample, and the
 per-example curvature (empirical Fisher or generalised Gauss-Newton) from activations and
-back-propagated gradients (``bnnbench.linalg.per_example``)."""
+back-propagated gradients (``bnnbench.core.linalg.per_example``)."""
 
 from __future__ import annotations
 
 import torch
 
-from bnnbench.linalg.per_example import forward_cache, sum_grads, sum_sq_grads
+from bnnbench.core.linalg.per_example import forward_cache, sum_grads, sum_sq_grads
 from bnnbench.methods.base import likelihood_of
 
 

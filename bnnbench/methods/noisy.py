@@ -29,11 +29,11 @@ from typing import List, Optional
 
 import torch
 
-from bnnbench.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads
+from bnnbench.core.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads
 from bnnbench.methods import gamma_noise
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
 from bnnbench.methods.mean_field import MeanField
-from bnnbench.metrics import kl_diag_gaussians
+from bnnbench.core.metrics import kl_diag_gaussians
 
 
 def _inv_chol_t(X: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
-from bnnbench.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag, nystrom_eig,
+from bnnbench.core.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag, nystrom_eig,
                                       top_eigh)
-from bnnbench.linalg.per_example import (collapse_samples, forward_cache, gradient_gram, gradient_t_times,
+from bnnbench.core.linalg.per_example import (collapse_samples, forward_cache, gradient_gram, gradient_t_times,
                                          gradient_times, layer_factors, materialise, sum_grads, sum_sq_grads)
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of, standard_normal
 from bnnbench.methods.settings import MethodConfig

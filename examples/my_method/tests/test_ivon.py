@@ -5,10 +5,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bnnbench.contract import check_method
+from bnnbench.run.contract import check_method
 from bnnbench.methods import METHODS, Batch, Problem
 from bnnbench.methods.base import likelihood_of
-from bnnbench.models import MLP
+from bnnbench.core.models import MLP
 
 pytest.importorskip("bnnbench_ivon", reason='pip install -e "examples/my_method[test]" (make install does)')
 ivon = pytest.importorskip("ivon", reason='pip install -e "examples/my_method[test]" (make install does)')

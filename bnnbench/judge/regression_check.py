@@ -1,0 +1,291 @@
+"""CI regression of the published-number cells (``make regression``): numbers, not only verdicts.
+
+Which cells: every column cell of a committed paper table (``results/tables/<experiment>.csv``) with a record whose
+re-run is short: the experiment's own subset (``regression_datasets`` / ``regression_columns``, :func:`is_fast`),
+and every other cell whose re-run costs at most ``max_cell_s`` by its record (:func:`rerun_cost`: a searched cell
+re-runs only its final training, with the hyper-parameters its record holds, ``hpo=recorded``; the exact columns and
+fixed-hyper-parameter cells re-run whole). Each is re-run with its record's own configuration, then
+
+1. **record numbers**: every summary metric's mean and standard error equals the record's (seeded CPU runs repeat
+   bit for bit; an experiment's ``regression_rtol`` only where a measured host-to-host difference forces one);
+2. **table numbers**: ``ours`` and ``ours_se`` of each rebuilt table cell equal the committed table's (this covers
+   the derived ones: paired metrics against a reference run, KL to an exact posterior);
+3. **verdicts**: a cell whose verdict changed.
+
+Every moved number is listed with its cell, and the check fails. A deliberate change that moves numbers comes with
+re-recorded cells: ``bnnbench regression --rerecord --reason "..."`` writes the re-run's numbers into the committed
+records (the configuration, its hash and the search's trace kept; a ``rerecorded`` entry names the commit before and
+the reason), after which ``make tables`` re-renders the tables. ``--references --only <cells>`` re-runs the
+reference runs of paired metrics (HMC) it names too, instead of letting their records stand in (with ``--rerecord``,
+a record whose sampler diagnostics changed is re-written as well: the estimators of ``bnnbench.core.mcmc`` moved).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from bnnbench.run.config import cell_label
+from bnnbench.run.results import RECORD, load_record, run_dir, write_record
+
+FAST_DATASETS = ("uci/boston", "uci/concrete", "uci/energy", "uci/wine", "uci/yacht")
+FAST_EXACT_DATASETS = ("libsvm/australian", "libsvm/breast_cancer")
+MAX_CELL_S = 30.0
+"""A cell outside its experiment's own subset is re-run when its record says the re-run takes at most this long."""
+
+_SEARCHED = ("bo", "grid")
+
+
+def candidate_of(spec: dict) -> dict[str, str]:
+    """Run label -> the table column it is a grid candidate of (columns with ``candidates``)."""
+    return {str(c): mid for mid, m in (spec.get("methods") or {}).items() if isinstance(m, dict)
+            for c in (m.get("candidates") or [])}
+
+
+def column_of(cell: dict, spec: dict) -> str | None:
+    """The table column of a cell (itself or the column it is a grid candidate of), or None (a figure-only run)."""
+    label = cell_label(cell)
+    column = candidate_of(spec).get(label, label)
+    return column if column in (spec.get("methods") or {}) else None
+
+
+def is_fast(cell: dict, spec: dict | None = None) -> bool:
+    """A cell of the experiment's own regression subset: a column of the table (or a grid candidate of one), with
+    the exact columns on the small LIBSVM sets, the final trainings on the small UCI sets, or the experiment's own
+    ``regression_datasets`` (NNG Table 1 trains 1000 epochs per cell: yacht only), of its ``regression_columns``
+    where it names some."""
+    from bnnbench.methods import method_class
+    if spec is not None:
+        column = column_of(cell, spec)
+        if column is None:
+            return False   # not a column of the table (Vadam Figure 3(a)'s Vprop): nothing to check against
+        if spec.get("regression_columns") and column not in spec["regression_columns"]:
+            return False   # CI checks only these columns of a table whose fast cells take too long all together
+    if method_class(cell["method"]).solved:
+        return cell["data"] in FAST_EXACT_DATASETS
+    return cell["data"] in ((spec or {}).get("regression_datasets") or FAST_DATASETS)
+
+
+def is_searched(record: dict) -> bool:
+    return (record.get("config", {}).get("spec", {}).get("hpo") or {}).get("kind") in _SEARCHED
+
+
+def rerun_cost(record: dict) -> float:
+    """Seconds a re-run of this record takes, by the record: the final training of a searched cell (its
+    hyper-parameters read back), the whole run otherwise (the larger of its wall and training times: the wall time
+    of a run resumed before d175337 counts only its last process)."""
+    train = float(record.get("train_time_s") or 0.0)
+    return train if is_searched(record) else max(train, float(record.get("wall_time_s") or 0.0))
+
+
+@dataclass(frozen=True)
+class Moved:
+    """One number of a re-run cell that differs from the committed one."""
+    experiment: str
+    cell: str
+    what: str
+    recorded: float
+    now: float
+
+    def __str__(self) -> str:
+        return f"{self.experiment} {self.cell}: {self.what} recorded {self.recorded!r}, now {self.now!r}"
+
+
+def _same(a, b, rtol: float) -> bool:
+    a, b = float(a), float(b)
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return a == b or abs(a - b) <= rtol * max(abs(a), abs(b))
+
+
+def record_moves(exp: str, cell: str, recorded: dict, now: dict, rtol: float = 0.0) -> list[Moved]:
+    """Every summary number (mean, standard error) of ``recorded`` that ``now`` does not repeat, and the per-split
+    values behind a moved mean."""
+    out = []
+    for metric, old in (recorded.get("summary") or {}).items():
+        new = (now.get("summary") or {}).get(metric)
+        for stat in ("mean", "stderr"):
+            o = old.get(stat) if isinstance(old, dict) else None
+            n = new.get(stat) if isinstance(new, dict) else None
+            if o is None and n is None:
+                continue
+            if o is None or n is None or not _same(o, n, rtol):
+                out.append(Moved(exp, cell, f"{metric}.{stat}", float("nan") if o is None else o,
+                                 float("nan") if n is None else n))
+    if out:
+        now_split = {m["split"]: m for m in now.get("metrics") or []}
+        for m in recorded.get("metrics") or []:
+            n = now_split.get(m["split"], {})
+            for k, v in m.items():
+                if k != "split" and isinstance(v, (int, float)) and not _same(v, n.get(k, float("nan")), rtol):
+                    out.append(Moved(exp, cell, f"split {m['split']} {k}", v, n.get(k, float("nan"))))
+    return out
+
+
+def table_moves(exp: str, old, new, rtol: float = 0.0) -> list[Moved]:
+    """Table cells (joined on dataset, method, setting, metric) whose ``ours``, ``ours_se`` or verdict changed, or
+    that the rebuilt table lacks."""
+    from bnnbench.judge.reference import KEYS
+    from bnnbench.judge.verdicts import norm_keys
+    o, n = norm_keys(old), norm_keys(new).drop_duplicates(subset=KEYS)
+    m = o.merge(n, on=KEYS, how="left", suffixes=("_old", "_new"), indicator=True)
+    out = []
+    for _, r in m.iterrows():
+        cell = " / ".join(str(r[k]) for k in KEYS if str(r[k]))
+        if r["_merge"] == "left_only":
+            out.append(Moved(exp, cell, "table cell (missing from the re-run)", r["ours_old"], float("nan")))
+            continue
+        for col in ("ours", "ours_se"):
+            if not _same(r[f"{col}_old"], r[f"{col}_new"], rtol):
+                out.append(Moved(exp, cell, f"table {col}", r[f"{col}_old"], r[f"{col}_new"]))
+        if r["verdict_old"] != r["verdict_new"]:
+            out.append(Moved(exp, cell, f"verdict {r['verdict_old']} -> {r['verdict_new']}", r["ours_old"],
+                             r["ours_new"]))
+    return out
+
+
+def selected_cells(exp: str, spec: dict, results: Path, max_cell_s: float, only: list[str],
+                   references: set[str] = frozenset()) -> list[dict]:
+    """The cells of ``exp`` this check re-runs (see the module's docstring); the reference runs of paired metrics
+    whose labels are in ``references`` too, where ``only`` names them (HMC: minutes a cell)."""
+    out = []
+    for cell in spec["runs"]:
+        reference = cell_label(cell) in references
+        if column_of(cell, spec) is None and not reference:
+            continue
+        name = f"{exp}/{cell_label(cell)}/{cell['data']}"
+        if only and not any(name == o or name.startswith(o.rstrip("/") + "/") for o in only):
+            continue
+        rec = load_record(run_dir(results / "runs", exp, cell_label(cell), cell["data"]))
+        if rec is None or rec.get("status") != "ok":
+            continue
+        if (reference and only) or (not reference and (is_fast(cell, spec) or rerun_cost(rec) <= max_cell_s)):
+            out.append(cell)
+    return out
+
+
+def rerecord(src: Path, dst: Path, new: dict, reason: str) -> None:
+    """Write a re-run's numbers into the committed record at ``src``: its configuration, hash, hyper-parameters and
+    search trace stay (a searched cell re-ran only its final training); the re-run's metrics, summaries, times,
+    versions, commit, diagnostics and files (history, predictive, posterior) replace the old ones."""
+    old = load_record(src)
+    keep = {"config", "config_hash", "hparams", "hpo_trace", "hpo_time_s", "rerecorded"}
+    merged = {**{k: v for k, v in old.items() if k in keep or k not in new}, **{k: v for k, v in new.items()
+                                                                              if k not in keep}}
+    for k in ("diagnostics", "exact", "stages", "active_learning"):
+        if k not in new:
+            merged.pop(k, None)
+    if is_searched(old):
+        merged["wall_time_s"] = float(old.get("hpo_time_s") or 0.0) + float(new.get("train_time_s") or 0.0)
+    merged["rerecorded"] = [*old.get("rerecorded", []), {
+        "git_commit": new.get("git_commit"), "previous_git_commit": old.get("git_commit"), "reason": reason,
+        "rerun": "final training, hyper-parameters from this record" if is_searched(old) else "whole run"}]
+    for f in Path(dst).iterdir():
+        if f.is_file() and f.name != RECORD and not f.name.startswith("."):
+            tmp = Path(src) / f".{f.name}.tmp"
+            shutil.copyfile(f, tmp)
+            tmp.replace(Path(src) / f.name)
+    write_record(src, merged)
+
+
+def main(args) -> int:
+    from bnnbench.run.config import cell_overrides, compose, experiment_spec, list_names
+    from bnnbench.run.execute import execute
+    from bnnbench.methods import method_class
+    from bnnbench.judge.reference import KEYS
+    from bnnbench.judge.tables import build_table, load_table
+
+    results, runs_root = Path(args.results), Path(args.runs_root)
+    only = list(getattr(args, "only", None) or [])
+    max_cell_s = float(getattr(args, "max_cell_s", MAX_CELL_S))
+    rerecording = bool(getattr(args, "rerecord", False))
+    references = bool(getattr(args, "references", False))
+    if rerecording and not getattr(args, "reason", None):
+        print("error: --rerecord needs --reason \"why the numbers move\" (it is stored in each re-recorded record)")
+        return 2
+    listing, total_s = bool(getattr(args, "list", False)), 0.0
+    moved: list[Moved] = []
+    checked_cells = checked_table = 0
+    for exp in list_names("experiment"):
+        table = results / "tables" / f"{exp}.csv"
+        if not table.exists():
+            continue
+        spec = experiment_spec(exp)
+        if spec.get("leaderboard"):
+            continue   # no published numbers: nothing to regress against (its cells are the other tables' methods)
+        against = {str(m["against"]) for m in (spec.get("metrics") or {}).values()
+                   if isinstance(m, dict) and m.get("against")}
+        cells = selected_cells(exp, spec, results, max_cell_s, only, against if references else frozenset())
+        if listing:
+            for c in cells:
+                cost = rerun_cost(load_record(run_dir(results / "runs", exp, cell_label(c), c["data"])))
+                total_s += cost
+                print(f"{exp}/{cell_label(c)}/{c['data']}  {cost:7.1f} s by its record")
+            continue
+        if not cells:
+            continue
+        rtol = float(spec.get("regression_rtol") or 0.0)
+        old = load_table(table)
+        chosen = set(zip(old["our_dataset"], old["selected"])) if "selected" in old else set()
+        cands = candidate_of(spec)
+        rerun = {(cell_label(c), c["data"]) for c in cells}
+        done = []
+        for cell in spec["runs"]:
+            label = cell_label(cell)
+            src = run_dir(results / "runs", exp, label, cell["data"])
+            dst = run_dir(runs_root, exp, label, cell["data"])
+            unchosen = label in cands and (cell["data"], label) not in chosen
+            stand_in = (label in against and not references) or unchosen or (label, cell["data"]) not in rerun
+            if stand_in:
+                # a paired metric's reference run, a grid point the table did not choose, a cell not re-run: its
+                # record stands in, so the rebuilt table's other cells are computed as in the committed one
+                if load_record(src) is not None:
+                    shutil.rmtree(dst, ignore_errors=True)
+                    shutil.copytree(src, dst)
+                continue
+            searched = is_searched(load_record(src)) and not method_class(cell["method"]).solved
+            hpo = ["hpo=recorded", f"hpo.record={src}"] if searched else []
+            ov = [*cell_overrides(exp, cell, results / "runs"), *hpo, f"runs_root={runs_root}", "progress=false",
+                  "skip_done=false"]
+            print(f"== regression {exp}: {label} on {cell['data']}", flush=True)
+            now = execute(compose(ov), ov, dst)
+            recorded = load_record(src)
+            moves = record_moves(exp, f"{label} on {cell['data']}", recorded, now, rtol)
+            if rerecording and (moves or now.get("diagnostics") != recorded.get("diagnostics")):
+                rerecord(src, dst, now, args.reason)
+                print(f"   re-recorded {src} ({len(moves)} number(s) moved"
+                      f"{'' if now.get('diagnostics') == recorded.get('diagnostics') else ', diagnostics changed'})")
+            moved += [] if rerecording else moves
+            checked_cells += 1
+            done.append(cell)
+        if not done:
+            continue
+        new = build_table(spec, runs_root)
+        ran = {(cands.get(cell_label(c), cell_label(c)), c["data"]) for c in done}
+        new = new[[(m, d) in ran for m, d in zip(new["our_method"], new["our_dataset"])]]
+        old_sub = old.merge(new[KEYS], on=KEYS)
+        checked_table += len(old_sub)
+        if not rerecording:
+            moved += table_moves(exp, old_sub, new, rtol)
+        for _, r in new.merge(old_sub[KEYS + ["ours", "verdict"]], on=KEYS, suffixes=("", "_recorded")).iterrows():
+            print(f"   {r['dataset']:>13s} {r['method']:>19s} {r['setting']:>4s} {r['metric']:>12s}: "
+                  f"ours {r['ours']:.6g} (recorded {r['ours_recorded']:.6g}) paper {r['paper']:g} -> {r['verdict']}"
+                  f" (recorded {r['verdict_recorded']})")
+    if listing:
+        print(f"{total_s / 60:.1f} min by the records (their hosts and loads; a re-run on an idle core is faster)")
+        return 0
+    if rerecording:
+        print(f"\nre-recorded where numbers moved, among {checked_cells} re-run cell(s); now `make tables`")
+        return 0
+    if moved:
+        print(f"\nREGRESSION: {len(moved)} number(s) of {checked_cells} re-run cell(s) moved:")
+        for m in moved:
+            print(f"  {m}")
+        print("\nA deliberate change? Re-record: bnnbench regression --rerecord --reason \"...\", then make tables.")
+        return 1
+    print(f"\nregression check passed: {checked_cells} re-run cell(s) repeat their records' numbers exactly; "
+          f"{checked_table} published table cell(s) re-checked (numbers and verdicts)"
+          + ("" if checked_cells else " (no committed table has a short cell)"))
+    return 0

@@ -1,0 +1,218 @@
+"""Global inducing point variational inference and the families it is compared with (Ober & Aitchison, 2020):
+``fac`` (factorised), ``li`` (local inducing), ``gi`` (global inducing), ``fac_gi`` and ``rand_gi`` (factorised or
+prior-drawn lower layers under a global-inducing output layer), each with the prior ``standard``, ``neal``,
+``scale`` or ``spatial_iw`` (``bnnbench/methods/inducing``), over the protocol's MLP or one of the paper's convolutional
+networks (``arch``: ``mlp``, ``mnist500_cnn``, ``resnet8``; ``inducing/architectures.py``) on the data set's images
+(inputs arrive flattened; ``image_shape`` (C, H, W), unset: the data set's).
+
+Every variational parameter (inducing inputs, pseudo-outputs and pseudo-precisions, factorised means and variances,
+the Scale prior's Gamma parameters, and the Gaussian likelihood's noise scale, a point estimate as the library's
+``NormalLearnedScale``) is trained by Adam on the negative ELBO per data point, estimated with S samples,
+
+    L = -(1/S) sum_s [ (1/B) sum_i log p(y_i | f_s(x_i)) + beta_t (log p(W_s, s_s) - log q(W_s, s_s)) / N ],
+
+beta_t = min(1, t / kl_ramp_steps) the optional KL tempering of the paper's CIFAR-10 run (1 without it). The method's
+priors are its own (``method.prior``): the protocol's prior precision is not used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import torch
+import torch.nn.functional as F
+
+from bnnbench.methods.inducing.architectures import ARCHS, build as build_arch
+from bnnbench.methods.inducing.network import InducingNet
+from bnnbench.methods.inducing.priors import check_prior
+from bnnbench.core.likelihoods import Gaussian
+from bnnbench.methods.adam import adam
+from bnnbench.methods.base import Method, Predictive, Problem, State, hyper_state, likelihood_of
+from bnnbench.methods.settings import MethodConfig
+
+INDUCING_INITS = ("randn", "batch")
+
+
+@dataclass
+class InducingFamilyConfig(MethodConfig):
+    prior: str = "neal"                 # standard | neal | scale | spatial_iw
+    # unset (None) settings are left out of a record's configuration hash: records of the MLP families stay valid
+    arch: Optional[str] = None          # mlp (None: the protocol's MLP) | mnist500_cnn | resnet8
+    image_shape: Optional[List[int]] = None  # (C, H, W) of the inputs; None: the data set's
+    channels: Optional[int] = None      # convolutional channels (None: the architecture's: 64 mnist500_cnn, 32 resnet8)
+    train_samples: int = 1              # MC samples per step (1: the authors' CIFAR-10 script)
+    lr: float = 1e-2
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    learn_noise: bool = True            # Gaussian likelihood: learn the noise scale (point estimate)
+    init_log_noise_std: float = 0.0     # its start, in the normalised units of the targets
+    kl_ramp_steps: int = 0              # KL weight rising linearly from 0 to 1 over these steps (0: no tempering)
+
+
+@dataclass
+class FacConfig(InducingFamilyConfig):
+    name: str = "fac"
+    var_init_mult: float = 1e-3         # initial variance / prior (Neal) variance
+    local_reparam: bool = True          # draw pre-activations (UCI); false: draw the weights
+
+
+@dataclass
+class LIConfig(InducingFamilyConfig):
+    name: str = "li"
+    log_prec_init: float = -4.0         # initial log pseudo-precision
+    log_prec_lr: float = 1.0            # multiplies the stored log-precision (its learning rate)
+
+
+@dataclass
+class GIConfig(InducingFamilyConfig):
+    name: str = "gi"
+    inducing: int = 100                 # P global inducing inputs
+    inducing_init: str = "randn"        # randn: N(0, 1) draws | batch: the first training minibatch (and, for a
+                                        # categorical likelihood, its one-hot labels as the output pseudo-outputs)
+    log_prec_init: float = -4.0
+    out_log_prec_init: Optional[float] = None  # the output layer's (None: log_prec_init)
+    log_prec_lr: float = 1.0
+
+
+@dataclass
+class FacGIConfig(GIConfig):
+    name: str = "fac_gi"
+    var_init_mult: float = 1e-3
+
+
+@dataclass
+class RandGIConfig(GIConfig):
+    name: str = "rand_gi"
+
+
+class InducingFamily(Method):
+    """One posterior family over the layers of the network (``family``); subclasses name it."""
+
+    family = "gi"
+    objective_is_elbo = True
+
+    def __init__(self, cfg, model, likelihood):
+        super().__init__(cfg, model, likelihood)
+        c = self.cfg
+        self.check_settings(c)
+        modules, in_shape = build_arch(c.arch or "mlp", model.sizes, c.image_shape or [], model.activation,
+                                       c.channels or 0)
+        self.net = InducingNet(modules, self.family, c.prior, in_shape=in_shape, n_inducing=c.get("inducing", 0),
+                               activation=model.activation, local_reparam=c.get("local_reparam", False),
+                               var_init_mult=c.get("var_init_mult", 1e-3), log_prec_init=c.get("log_prec_init", -4.0),
+                               out_log_prec_init=c.get("out_log_prec_init"), log_prec_lr=c.get("log_prec_lr", 1.0))
+
+    def activation_width(self) -> int:
+        """The largest module output of the network (a CNN's feature maps, not the protocol MLP's widths)."""
+        return self.net.activation_width()
+
+    @classmethod
+    def check_settings(cls, c) -> None:
+        check_prior(c.get("prior"))
+        if (c.get("arch") or "mlp") not in ARCHS:
+            raise ValueError(f"unknown architecture {c.get('arch')!r}; valid: {', '.join(ARCHS)}")
+        if c.get("inducing_init", "randn") not in INDUCING_INITS:
+            raise ValueError(f"unknown inducing_init {c.get('inducing_init')!r}; valid: {', '.join(INDUCING_INITS)}")
+        if c.get("inducing") is not None and int(c.get("inducing")) < 1:
+            raise ValueError(f"method.inducing must be at least 1, got {c.get('inducing')}")
+        if int(c.get("kl_ramp_steps") or 0) < 0:
+            raise ValueError(f"method.kl_ramp_steps must be >= 0, got {c.get('kl_ramp_steps')}")
+
+    def learns_noise(self) -> bool:
+        return self.likelihood == "gaussian" and bool(self.cfg.learn_noise)
+
+    def init(self, problem: Problem, generator: torch.Generator) -> State:
+        R, like = problem.n_replicas, problem.prior_prec
+        params = self.net.init_params(R, generator, like.device, like.dtype)
+        if self.learns_noise():
+            params["log_noise_std"] = torch.full((R,), float(self.cfg.init_log_noise_std), device=like.device,
+                                                 dtype=like.dtype)
+        state = hyper_state(problem)
+        for k, v in params.items():
+            state["q." + k], state["m." + k], state["v." + k] = v, torch.zeros_like(v), torch.zeros_like(v)
+        state["t"] = torch.zeros(R, dtype=torch.long, device=like.device)
+        if self.learns_noise():
+            state["noise_prec"] = torch.exp(-2 * params["log_noise_std"])
+        return state
+
+    @staticmethod
+    def params(state: State) -> dict[str, torch.Tensor]:
+        return {k[2:]: v for k, v in state.items() if k.startswith("q.")}
+
+    def noise(self, state, batch, generator):
+        return self.net.noise(self.params(state), int(self.cfg.train_samples), batch.x.shape[1], generator)
+
+    def _likelihood(self, state, params):
+        if self.learns_noise():
+            return Gaussian(torch.exp(-2 * params["log_noise_std"]))
+        return likelihood_of(state, self.likelihood)
+
+    def inducing_from_batch(self, params, batch, first: torch.Tensor):
+        """Replicas at their first step (``first [R]``) take the batch's first rows as inducing inputs (and one-hot
+        labels as the output layer's pseudo-outputs, categorical likelihood), as the authors' CIFAR-10 script."""
+        U0 = params["U0"]
+        m = min(U0.shape[1], batch.x.shape[1])
+        mask = first[:, None, None]
+        x = batch.x[:, :m].reshape(U0.shape[0], m, -1)
+        params = {**params, "U0": torch.where(mask, torch.cat([x, U0[:, m:]], 1), U0)}
+        if self.likelihood == "categorical":
+            key = f"l{len(self.net.layers) - 1}.pseudo_out"
+            V = params[key]
+            onehot = F.one_hot(batch.y[:, :m].long(), V.shape[-1]).to(V.dtype)
+            params[key] = torch.where(mask, torch.cat([onehot, V[:, m:]], 1), V)
+        return params
+
+    def objective(self, state, params, batch, noise):
+        """(negative tempered ELBO per data point, NLL, the single-sample KL estimate) per replica ``[R]``."""
+        f, logpq = self.net.forward(params, batch.x, noise)
+        ll = self._likelihood(state, params).log_prob(f, batch.y).mean(dim=(1, 2))
+        kl = -logpq.mean(1)
+        beta = 1.0
+        if int(self.cfg.kl_ramp_steps) > 0:
+            beta = ((state["t"] + 1).to(kl.dtype) / int(self.cfg.kl_ramp_steps)).clamp(max=1.0)
+        return -ll + beta * kl / state["n_data"].to(kl.dtype), -ll, kl
+
+    def step(self, state, batch, noise, lr_scale=1.0):
+        params = self.params(state)
+        if self.net.n_inducing and self.cfg.inducing_init == "batch":
+            params = self.inducing_from_batch(params, batch, state["t"] == 0)
+        leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        with torch.enable_grad():
+            obj, nll, kl = self.objective(state, leaves, batch, noise)
+            grads = torch.autograd.grad(obj.sum(), list(leaves.values()))
+        t = state["t"] + 1
+        lr, betas, eps = float(self.cfg.lr) * lr_scale, tuple(self.cfg.betas), float(self.cfg.eps)
+        new = {**state, "t": t}
+        for (k, p), g in zip(params.items(), grads):
+            new["q." + k], new["m." + k], new["v." + k] = adam(p, g, state["m." + k], state["v." + k], t, lr, betas,
+                                                               eps)
+        if self.learns_noise():
+            new["noise_prec"] = torch.exp(-2 * new["q.log_noise_std"])
+        return new, {"objective": obj.detach(), "nll": nll.detach(), "kl": kl.detach()}
+
+    def predict(self, state, x, n_samples, generator):
+        params = self.params(state)
+        with torch.no_grad():
+            f, _ = self.net.forward(params, x, self.net.noise(params, n_samples, x.shape[1], generator))
+        return Predictive(f=f, noise_prec=state.get("noise_prec"))
+
+
+class Factorised(InducingFamily):
+    name, family, Config = "fac", "fac", FacConfig
+
+
+class LocalInducing(InducingFamily):
+    name, family, Config = "li", "li", LIConfig
+
+
+class GlobalInducing(InducingFamily):
+    name, family, Config = "gi", "gi", GIConfig
+
+
+class FactorisedGlobalInducing(InducingFamily):
+    name, family, Config = "fac_gi", "fac_gi", FacGIConfig
+
+
+class RandomGlobalInducing(InducingFamily):
+    name, family, Config = "rand_gi", "rand_gi", RandGIConfig

@@ -1,0 +1,75 @@
+"""The ``compile`` setting: a method's whole update step through ``torch.compile`` (inductor).
+
+``Method.step(state, batch, noise, lr_scale)`` is a pure function of the state's tensors, the minibatch and the draws,
+so it compiles whole: sampling from the draws, the forward pass, the gradients (``torch.autograd.grad``, traced into
+the graph with dynamo's ``trace_autograd_ops``) or closed-form cotangents, and the update, as one graph. The draws
+stay eager (``Method.noise`` reads a ``torch.Generator``), so a compiled run draws exactly the eager run's numbers; its
+state then differs from the eager one by float rounding only (fused kernels sum in another order: ~1e-6 relative in
+float32 per step, tests/test_contract.py), which over thousands of steps moves the last digits of a record's metrics:
+a compiled run is another configuration (``results.HASH_DEFAULTS``: ``compile`` is hashed when on).
+
+Measured on this 2-core CPU (``bench/compile_step.py``): the Boston step of BBB (slang_uci) and VOGN (vadam_uci) at
+20 and 100 replicas runs 1.3-2x faster compiled, after 5-30 s of compilation in a fresh cache and ~1-4 s with a warm
+one (the compile time counts in a run's wall time). Inductor keeps its compiled kernels and graphs between processes
+in ``TORCHINDUCTOR_CACHE_DIR``, here under the data cache (``<cache>/inductor``) unless set.
+
+Only methods that declare ``compilable = True`` are compiled (their compiled step is checked against the eager one),
+and only on an MLP (a convolutional network's step is a few large kernels, untested compiled); for the others the
+setting changes nothing, and the resolved configuration records ``compile: false`` for them. Not compilable at
+present: SLANG (its eigensolver calls LAPACK through scipy between the forward pass and the gradients: dynamo breaks
+the graph there and the gradients of the compiled forward pass fail), noisy K-FAC (the Cholesky fallback of
+``_inv_chol_t`` branches on data: 9 graphs, 1.1x), HMC (an accept/reject step: rounding can flip a decision), the
+inducing-point families, full Gaussian VI and PBP (not measured).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+from bnnbench.methods.base import Method
+from bnnbench.core.models import MLP
+
+# dynamo re-traces for each new shape or constant (the lr drop's lr_scale, a short last batch, float32 and float64);
+# past this many versions of one step it would silently fall back to eager
+_CACHE_SIZE_LIMIT = 64
+
+
+def compiles(method: Method | type[Method], setting: bool, conv: bool = False) -> bool:
+    """Whether a run with ``compile=setting`` compiles ``method``'s step: a ``compilable`` method's, on an MLP (not
+    on a convolutional network, ``conv``)."""
+    return bool(setting) and bool(getattr(method, "compilable", False)) and not conv
+
+
+def _use_cache_dir() -> None:
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        from bnnbench.core.data.store import cache_dir
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
+
+
+def compiled_step(method: Method):
+    """``method.step`` compiled: the same signature, the same results to float rounding."""
+    _use_cache_dir()
+    import torch._dynamo
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, _CACHE_SIZE_LIMIT)
+    fn = torch.compile(method.step, dynamic=False)
+
+    def step(state, batch, noise, lr_scale: float = 1.0):
+        with torch._dynamo.config.patch(trace_autograd_ops=True):
+            return fn(state, batch, noise, lr_scale)
+    return step
+
+
+def compiled_update(method: Method):
+    """``method.update`` with its step compiled (``compiled_step``), or ``method.update`` itself for a method that
+    is not ``compilable``."""
+    if not compiles(method, True, conv=not isinstance(method.model, MLP)):
+        return method.update
+    step = compiled_step(method)
+
+    def update(state, batch, generator, lr_scale: float = 1.0):   # as Method.update
+        with contextlib.nullcontext() if method.needs_autograd else torch.inference_mode():
+            return step(state, batch, method.noise(state, batch, generator), lr_scale)
+    return update

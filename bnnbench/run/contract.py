@@ -1,0 +1,215 @@
+"""The contract every method keeps, checked on a tiny problem before any long run (``bnnbench check-method <name>``).
+
+A method of the suite or of another package (an entry point, ``bnnbench.methods``) must, in float64 on a 4-6-1 ReLU
+network with three replicas:
+
+* have a typed ``Config`` whose every setting has a default (Hydra composes ``method=<name>`` from it);
+* keep its state finite through a few steps, with a finite objective (solved methods: a finite solution), its
+  tensors values, not the step's autograd graph;
+* not modify the state it is given (``step`` returns a new state: the engine keeps the old one for checkpoints);
+* be replica-invariant: a replica's step equals its step alone, on the same minibatch and noise (every run trains
+  all splits or candidates as one batched program, so a leak between replicas corrupts every table);
+* predict finite outputs of shape [R, S, T, d_out] (S = 1 for a point estimate).
+
+``check_compiled`` checks a ``compilable`` method's compiled step (the ``compile`` setting) against its eager step
+(tests/test_contract.py; not part of ``check-method``: a compilation takes seconds to a minute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields, is_dataclass
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from bnnbench.methods import Batch, Problem, method_class, slice_state
+from bnnbench.core.models import MLP
+
+DT = torch.float64
+R = 3
+
+
+def _clone(x):
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, dict):
+        return {k: _clone(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_clone(v) for v in x)
+    return x
+
+
+def slice_noise(noise, r):
+    """Replica r's part of a step's draws (a tensor, or a list / tuple of them, or None), replica axis kept."""
+    if noise is None:
+        return None
+    if isinstance(noise, (list, tuple)):
+        return type(noise)(slice_noise(n, r) for n in noise)
+    return noise[r:r + 1]
+
+
+def _finite(state) -> list[str]:
+    return [k for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
+
+
+def _problem(likelihood: str, model: MLP, g: torch.Generator, dtype=DT) -> Problem:
+    prior = (torch.rand(R, 1, generator=g, dtype=dtype) + 0.5).expand(R, model.n_params).clone()
+    gauss = likelihood == "gaussian"
+    return Problem(likelihood, n_data=torch.tensor([40, 37, 40]), prior_prec=prior,
+                   noise_prec=torch.rand(R, generator=g, dtype=dtype) + 0.5 if gauss else None,
+                   y_scale=torch.rand(R, generator=g, dtype=dtype) + 0.5 if gauss else None,
+                   hparams={"dropout": torch.tensor([0.05, 0.1, 0.2], dtype=dtype)})
+
+
+def check_method(name: str, steps: int = 3) -> list[tuple[str, str | None]]:
+    """``[(check, None if it passed else why)]`` for the method ``name``."""
+    cls = method_class(name)
+    out: list[tuple[str, str | None]] = []
+    cfg_ok = is_dataclass(cls.Config) and all(f.default is not MISSING or f.default_factory is not MISSING
+                                              for f in fields(cls.Config))
+    out.append(("typed Config with a default for every setting",
+                None if cfg_ok else f"{cls.__name__}.Config must be a dataclass whose fields all have defaults"))
+    if not cfg_ok:
+        return out
+    g = torch.Generator().manual_seed(0)
+    model = MLP([4, 1] if cls.solved else [4, 6, 1])   # solved methods: Bayesian logistic regression
+    cfg = OmegaConf.structured(cls.Config)
+    method = likelihood = state = None
+    why = ""
+    for lik in ("bernoulli",) if cls.solved else ("gaussian", "bernoulli"):
+        try:
+            method = cls(cfg, model, lik)
+            if cls.solved:
+                break
+            state = method.init(_problem(lik, model, g), g)
+            likelihood = lik
+            break
+        except (ValueError, NotImplementedError) as e:
+            why = f"{type(e).__name__}: {e}"
+    if method is None or (state is None and not cls.solved):
+        out.append(("init on a tiny regression or classification problem", why))
+        return out
+    if cls.solved:
+        return out + _check_solved(method)
+    x = torch.randn(R, 5 if not method.full_batch else int(state["n_data"].max()), 4, generator=g, dtype=DT)
+    y = (torch.randn(R, x.shape[1], generator=g, dtype=DT) if likelihood == "gaussian"
+         else (torch.rand(R, x.shape[1], generator=g) < 0.5).to(DT))
+    batch = Batch(x, y, state["n_data"])
+    finite = unchanged = invariant = None
+    for _ in range(steps):
+        noise = method.noise(state, batch, g)
+        before = _clone(state)
+        new, stats = method.step(state, batch, noise)
+        if unchanged is None:
+            moved = [k for k in before if torch.is_tensor(before[k]) and not torch.equal(before[k], state[k])]
+            unchanged = f"step modified the given state's {moved}" if moved else ""
+        bad = _finite(new) + ([] if torch.isfinite(stats["objective"]).all() else ["objective"])
+        finite = finite or (f"non-finite {bad} after a step" if bad else "")
+        for r in range(R):
+            alone, st = method.step(slice_state(state, r), Batch(x[r:r + 1], y[r:r + 1], batch.n_data[r:r + 1]),
+                                    slice_noise(noise, r))
+            differ = [k for k in new if torch.is_tensor(new[k]) and not torch.allclose(
+                new[k][r:r + 1], alone[k], rtol=1e-10, atol=1e-12, equal_nan=True)]
+            if differ and not invariant:
+                invariant = f"replica {r}'s step differs from its step alone in {differ}"
+        state = new
+    held = [k for k, v in state.items() if torch.is_tensor(v) and v.requires_grad]
+    out.append(("the new state holds values, not the step's autograd graph",
+                f"state entries {held} require grad (each step's graph would hang on the next)" if held else None))
+    out.append(("finite state and objective through a few steps", finite or None))
+    out.append(("the given state is not modified", unchanged or None))
+    out.append(("replica invariance (a replica's step equals its step alone)", invariant or None))
+    out.append(("finite predictions of shape [R, S, T, 1]", _check_predict(method, state, g)))
+    return out
+
+
+# a compiled step against the eager one: relative to each state tensor's largest entry
+COMPILED_RTOL = {torch.float32: 1e-5, torch.float64: 1e-12}
+
+
+def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings: dict | None = None) -> str | None:
+    """None where ``name``'s compiled step (the ``compile`` setting: ``bnnbench.run.compiled``) equals its eager step to
+    float rounding (``COMPILED_RTOL`` of each new state tensor's largest entry; integer tensors exactly) from the same
+    state, minibatch and draws, at each of ``steps`` steps on the 4-6-1 problem of ``check_method``, with the method's
+    default settings updated by ``settings``; else why. Also None for a method that is not ``compilable`` (the
+    setting leaves its step eager) or is solved."""
+    import contextlib
+
+    from bnnbench.run.compiled import compiled_step, compiles
+    cls = method_class(name)
+    if cls.solved or not compiles(cls, True):
+        return None
+    g = torch.Generator().manual_seed(0)
+    model = MLP([4, 6, 1])
+    method = state = None
+    for lik in ("gaussian", "bernoulli"):
+        try:
+            method = cls(OmegaConf.merge(OmegaConf.structured(cls.Config), settings or {}), model, lik)
+            state = method.init(_problem(lik, model, g, dtype), g)
+            break
+        except (ValueError, NotImplementedError):
+            method = None
+    if method is None:
+        return "no tiny regression or classification problem to compare on"
+    x = torch.randn(R, 5 if not method.full_batch else int(state["n_data"].max()), 4, generator=g, dtype=dtype)
+    y = (torch.randn(R, x.shape[1], generator=g, dtype=dtype) if lik == "gaussian"
+         else (torch.rand(R, x.shape[1], generator=g) < 0.5).to(dtype))
+    batch = Batch(x, y, state["n_data"])
+    step, rtol = compiled_step(method), COMPILED_RTOL[dtype]
+    for k in range(steps):
+        with contextlib.nullcontext() if method.needs_autograd else torch.inference_mode():
+            noise = method.noise(state, batch, g)
+            eager, _ = method.step(state, batch, noise)
+            try:
+                comp, _ = step(state, batch, noise)
+            except Exception as e:   # a user's method: any failure is reported, not raised
+                return f"the compiled step raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        worst = {}
+        for key, v in eager.items():
+            if not torch.is_tensor(v):
+                continue
+            c = comp[key]
+            if not v.is_floating_point():
+                if not torch.equal(c, v):
+                    worst[key] = float("inf")
+                continue
+            both = torch.isnan(c) & torch.isnan(v)   # unfilled entries (NaN) must be NaN in both
+            d, v = torch.where(both, 0, c - v), torch.where(both, 0, v)
+            err = float(d.abs().max() / v.abs().max().clamp_min(torch.finfo(dtype).tiny)) if v.numel() else 0.0
+            if not err <= rtol:
+                worst[key] = err
+        if worst:
+            return (f"step {k + 1}: the compiled step differs from the eager one (max relative difference "
+                    + ", ".join(f"{key} {e:.1e}" for key, e in worst.items()) + f"; tolerance {rtol:.0e})")
+        state = eager
+    return None
+
+
+def _check_predict(method, state, g) -> str | None:
+    xt = torch.randn(R, 7, 4, generator=g, dtype=DT)
+    try:
+        f = method.predict(state, xt, 2, g).f
+    except Exception as e:   # a user's method: any failure is reported, not raised
+        return f"predict raised {type(e).__name__}: {e}"
+    if f.dim() != 4 or f.shape[0] != R or f.shape[1] not in (1, 2) or tuple(f.shape[2:]) != (7, 1):
+        return f"predict gave f of shape {tuple(f.shape)}, expected {(R, 2, 7, 1)} (S = 1 for a point estimate)"
+    return None if torch.isfinite(f).all() else "predict gave non-finite outputs"
+
+
+def _check_solved(method) -> list[tuple[str, str | None]]:
+    from bnnbench.run.engine import ReplicaData
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 4))
+    y = (rng.random(50) < 1 / (1 + np.exp(-X @ [1.0, -2.0, 0.5, 0.0]))).astype(float)
+    data = ReplicaData.build(X, y, [(np.arange(0, 30), np.arange(30, 50))], data_index=[0] * R, normalize_x=False,
+                             normalize_y=False, dtype=DT)
+    prior = torch.tensor([[0.5], [1.0], [3.0]], dtype=DT).expand(R, method.model.n_params).clone()
+    try:
+        state, _ = method.solve(Problem("bernoulli", data.n_train[data.data_index], prior), data, gtol=1e-8)
+    except Exception as e:   # a user's method: any failure is reported, not raised
+        return [("solve a tiny logistic regression", f"{type(e).__name__}: {e}")]
+    bad = _finite(state)
+    predicted = _check_predict(method, state, torch.Generator().manual_seed(1))
+    return [("solve a tiny logistic regression", f"non-finite {bad}" if bad else None),
+            ("finite predictions of shape [R, S, T, 1]", predicted)]

@@ -1,0 +1,246 @@
+"""Resolve a composed Hydra config into the settings of one run (``RunSpec``).
+
+A protocol file (``configs/protocol/*.yaml``) describes how a paper ran its experiments: global
+settings, per-size settings (the papers use one setting for small and one for large UCI data sets),
+per-dataset settings (learning rates, hyper-parameter search boxes) and per-method overrides.
+Values are resolved from the least to the most specific, and a value given explicitly on the
+command line always wins:
+
+    method yaml < protocol.method < protocol.methods[m] < sizes[s].method < sizes[s].methods[m]
+                < datasets[d].method < datasets[d].methods[m] < CLI ``method.k=v``
+
+(``method`` applies to every method, ``methods[m]`` to method ``m`` only.)
+    protocol.k  < sizes[s].k < datasets[d].k < CLI ``protocol.k=v``
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig, OmegaConf
+
+from bnnbench.run.config import CommandLine, ConfigError
+
+PROTOCOL_KEYS = ("epochs", "steps", "batch_size", "eval_samples", "eval_every")
+
+
+@dataclass
+class RunSpec:
+    method: DictConfig
+    model_hidden: list[int]
+    activation: str
+    task: str
+    likelihood: str
+    epochs: int
+    batch_size: int
+    eval_samples: int
+    eval_every: int | None
+    normalize_x: bool
+    normalize_y: bool
+    noise_prec_units: str          # "original" | "normalised"
+    bias_prior_prec: float | None  # None: biases share the weights' prior precision
+    loglik: str                    # which log-likelihood convention the paper reports
+    space: dict = field(default_factory=dict)   # hyper-parameter -> {"log_range": [lo, hi]} | {"values": [...]}
+    fixed: dict = field(default_factory=dict)   # hyper-parameter values used without selection
+    hpo: dict = field(default_factory=dict)
+    splits: object = "all"
+    split_scheme: dict | None = None  # {"kind": "random", ...}: the protocol's own splits instead of the data set's
+    lr_drop: dict | None = None       # {"at": fraction of the epochs, "factor": f}: step sizes x f from then on
+    posterior_metrics: str | None = None  # "logreg": SLANG Table 1 metrics of the Gaussian q (bnnbench.methods.logreg)
+    exact_gtol: float | None = None   # gradient tolerance of the exact (L-BFGS) solutions (posterior_metrics)
+    restarts: int | None = None       # replicas per split with their own initialisation and noise ("<split>/<k>")
+    eval_samples_final: int | None = None  # posterior samples of the final evaluation (None: eval_samples)
+    stages: list | None = None        # [{"split": name, "epochs": n}, ...]: train on each split in turn, state kept
+    subset: dict | None = None        # {"train": n, "test": m}: the first rows of each split only (fast protocols)
+    steps: int | None = None          # gradient steps in place of ``epochs`` (``epochs_for``)
+    prior_scaling: str | None = None  # "fan_in": a layer's prior precision times (fan-in + 1), Neal's prior
+    save_predictive: bool | None = None  # regression: store the predictive mean and variance at the test rows (True)
+    active_learning: dict | None = None  # {"rounds": n, "acquire": "variance" | "random"} (bnnbench.run.active)
+    conv: dict | None = None          # a convolutional network (model=vgg_*): {"arch", "fc", "batch_norm", "kernel"}
+    augment: dict | None = None       # {"crop_pad": p, "flip": bool}: random crops and flips of the training images
+    last_batch: str | None = None     # "short": an epoch's last minibatch holds the N mod B rows left (epoch_batches)
+
+    def epochs_for(self, n_train_max: int) -> int:
+        """The epochs of a run whose largest training set has ``n_train_max`` rows: ``epochs``, or with ``steps`` set
+        the fewest epochs of ceil(n_train_max / batch_size) steps each that make at least ``steps`` steps."""
+        if self.steps is None:
+            return self.epochs
+        return -(-self.steps // -(-int(n_train_max) // self.batch_size))
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["method"] = OmegaConf.to_container(self.method, resolve=True)
+        return d
+
+
+def _get(node, *path, default=None):
+    for p in path:
+        if node is None or p not in node:
+            return default
+        node = node[p]
+    return node
+
+
+def _typed_method(node, method: dict, protocol: str) -> dict:
+    """``method`` checked against the method's typed config (``node``'s schema): a protocol's value of the wrong
+    type is an error naming the protocol."""
+    from omegaconf.errors import OmegaConfBaseException
+    try:
+        return OmegaConf.to_container(OmegaConf.merge(node, method), resolve=True)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"protocol {protocol!r}, method.{e.full_key}: {str(e).splitlines()[0]}") from None
+
+
+def _prior_scaling(value) -> str | None:
+    if value not in (None, "fan_in"):
+        raise ConfigError(f"protocol.prior_scaling must be fan_in or null, got {value!r}")
+    return value
+
+
+def _conv(model) -> dict | None:
+    """The convolutional network of ``model=convnet``-style files (``name: convnet``); None for the MLP."""
+    if model.get("name") != "convnet":
+        return None
+    arch = [a if a == "M" else int(a) for a in model.arch]
+    if any(a != "M" and a <= 0 for a in arch):
+        raise ConfigError(f"model.arch: conv widths must be positive integers or M, got {arch}")
+    return {"arch": arch, "fc": [int(h) for h in (model.get("fc") or [])],
+            "batch_norm": bool(model.get("batch_norm", False)), "kernel": int(model.get("kernel", 3))}
+
+
+def _augment(value) -> dict | None:
+    if not value:
+        return None
+    out = OmegaConf.to_container(value) if not isinstance(value, dict) else dict(value)
+    unknown = set(out) - {"crop_pad", "flip"}
+    if unknown:
+        raise ConfigError(f"protocol.augment: unknown keys {sorted(unknown)}; valid: crop_pad, flip")
+    return {"crop_pad": int(out.get("crop_pad", 0)), "flip": bool(out.get("flip", False))}
+
+
+def _stages(stages) -> list | None:
+    if not stages:
+        return None
+    out = [{"split": str(s["split"]), "epochs": int(s["epochs"])} for s in OmegaConf.to_container(stages)]
+    if any(s["epochs"] <= 0 for s in out):
+        raise ConfigError(f"protocol.stages: every stage needs epochs > 0, got {out}")
+    return out
+
+
+def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None = None) -> RunSpec:
+    """The settings of one run: ``cfg`` composed, the protocol's layers applied in the order of the module docstring,
+    and what the command line ``given`` set kept over every protocol layer."""
+    given = given or CommandLine()
+    proto, data = cfg.protocol, cfg.data
+    key = data.key
+    if "datasets" in proto and proto.datasets is not None and key not in proto.datasets:
+        raise ConfigError(f"protocol {proto.name!r} does not define data set {data.name!r}; it defines: "
+                          + ", ".join(str(k) for k in proto.datasets)
+                          + " (another protocol: protocol=<name>; `bnnbench list protocols`)")
+    ds = _get(proto, "datasets", key, default=OmegaConf.create({}))
+    size = _get(proto, "sizes", ds.get("size", None), default=OmegaConf.create({})) if ds.get("size") else {}
+    mname = cfg.method.name
+
+    explicit_m = given.sets("method")
+    method = OmegaConf.to_container(cfg.method, resolve=True)
+    for node in (proto, size, ds):
+        for layer, own in ((_get(node, "method"), False), (_get(node, "methods", mname), True)):
+            for k, v in (OmegaConf.to_container(layer, resolve=True) if layer else {}).items():
+                # ``method:`` applies to the methods that have the setting; ``methods.m`` must fit m
+                if k not in method:
+                    if own:
+                        raise ConfigError(f"protocol {proto.name!r} sets {k!r} for method {mname}, which has no such "
+                                          f"setting; valid: {', '.join(method)}")
+                elif k not in explicit_m and v is not None:
+                    method[k] = v
+    method = _typed_method(cfg.method, method, proto.name)
+
+    explicit_p = given.sets("protocol")
+    vals = {}
+    for k in PROTOCOL_KEYS:
+        v = proto.get(k)
+        if k not in explicit_p:
+            for layer in (size, ds):
+                if layer and layer.get(k) is not None:
+                    v = layer.get(k)
+        vals[k] = v
+    steps = vals.pop("steps")
+    if isinstance(steps, DictConfig):
+        steps = steps.get(mname, steps.get("default"))
+    if steps is not None:
+        if int(steps) <= 0:
+            raise ConfigError(f"protocol.steps must be a positive integer, got {steps!r}")
+        vals["epochs"] = vals["epochs"] or 1
+    for k in ("epochs", "batch_size", "eval_samples"):
+        if vals[k] is None or int(vals[k]) <= 0:
+            raise ConfigError(f"protocol.{k} must be a positive integer, got {vals[k]!r}")
+
+    hidden = cfg.model.get("hidden")
+    if hidden is None or "hidden" not in given.sets("model"):
+        hidden = next((h for h in (ds.get("hidden"), proto.get("hidden"), hidden) if h is not None), [50])
+        if isinstance(hidden, str) and hidden.startswith("meta:"):
+            hidden = [int(float(meta[hidden[5:]]))] if meta else [50]
+
+    space = {}
+    for name, rng in (ds.get("space") or {}).items():
+        rng = OmegaConf.to_container(rng, resolve=True) if not isinstance(rng, (list, str)) else rng
+        if isinstance(rng, str) and rng.startswith("meta:"):
+            space[name] = {"values": [float(v) for v in (meta or {})[rng[5:]]]}
+        elif isinstance(rng, dict):
+            space[name] = rng
+        else:
+            space[name] = {"log_range": [float(rng[0]), float(rng[1])]}
+    fixed = {}
+    for name, s in space.items():
+        if "log_range" in s:
+            fixed[name] = math.exp(sum(s["log_range"]) / 2)  # centre of the box in log space
+        else:
+            vals_ = sorted(s["values"])
+            fixed[name] = vals_[len(vals_) // 2]
+    for name, v in (ds.get("fixed") or {}).items():
+        fixed[name] = float(v)
+    for name, v in (cfg.get("hparams") or {}).items():  # explicit hparams.noise_prec=... from the CLI
+        if v is not None:
+            fixed[name] = float(v)
+
+    hpo = OmegaConf.to_container(cfg.hpo, resolve=True)
+    hpo_chosen = "hpo" in given.chosen
+    proto_hpo = OmegaConf.to_container(proto.hpo, resolve=True) if proto.get("hpo") else {}
+    for k, v in proto_hpo.items():
+        if k == "default_kind":
+            if not hpo_chosen and v != hpo["kind"]:
+                raise ConfigError(f"protocol {proto.name!r} selects hyper-parameters with hpo={v}; "
+                                  f"add hpo={v} (or hpo=fixed to use fixed values)")
+        elif k not in given.sets("hpo"):
+            hpo[k] = v
+    if ds.get("length_scales") is not None and "length_scales" not in given.sets("hpo"):
+        hpo["length_scales"] = list(ds.length_scales)
+
+    likelihood = {"regression": "gaussian", "binary": "bernoulli", "multiclass": "categorical"}[proto.task]
+    return RunSpec(method=OmegaConf.create(method), model_hidden=[int(h) for h in hidden],
+                   activation=cfg.model.get("activation", "relu"), task=proto.task, likelihood=likelihood,
+                   epochs=int(vals["epochs"]), batch_size=int(vals["batch_size"]),
+                   eval_samples=int(vals["eval_samples"]),
+                   eval_every=int(vals["eval_every"]) if vals["eval_every"] else None,
+                   normalize_x=bool(proto.get("normalize_x", True)), normalize_y=bool(proto.get("normalize_y", True)),
+                   noise_prec_units=proto.get("noise_prec_units", "normalised"),
+                   bias_prior_prec=proto.get("bias_prior_prec"), loglik=proto.get("loglik", "joint"),
+                   space=space, fixed=fixed, hpo=hpo,
+                   split_scheme=OmegaConf.to_container(proto.split_scheme) if proto.get("split_scheme") else None,
+                   lr_drop=OmegaConf.to_container(proto.lr_drop) if proto.get("lr_drop") else None,
+                   posterior_metrics=proto.get("posterior_metrics"),
+                   exact_gtol=float(proto.exact_gtol) if proto.get("exact_gtol") is not None else None,
+                   restarts=int(proto.restarts) if proto.get("restarts") else None,
+                   eval_samples_final=int(proto.eval_samples_final) if proto.get("eval_samples_final") else None,
+                   stages=_stages(proto.get("stages")), steps=int(steps) if steps is not None else None,
+                   save_predictive=True if proto.get("save_predictive") else None,
+                   active_learning=OmegaConf.to_container(proto.active_learning)
+                   if proto.get("active_learning") else None,
+                   conv=_conv(cfg.model), augment=_augment(proto.get("augment")),
+                   last_batch=proto.get("last_batch"),
+                   prior_scaling=_prior_scaling(proto.get("prior_scaling")),
+                   subset=OmegaConf.to_container(proto.subset) if proto.get("subset") else None,
+                   splits=OmegaConf.to_container(proto.splits)
+                   if isinstance(proto.get("splits"), DictConfig) or OmegaConf.is_list(proto.get("splits"))
+                   else proto.get("splits", "all"))

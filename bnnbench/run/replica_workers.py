@@ -1,0 +1,122 @@
+"""The replica axis split over worker processes: ``workers=W`` trains W contiguous chunks of a run's replicas
+(splits, folds x candidates) as W batched programs at once, one per core, and joins their results along the
+replica axis.
+
+A UCI step on 20 replicas is a few hundred small operations; a second thread makes it at most ~10% faster, while
+two processes of 10 replicas each take half the time (noisy K-FAC on Boston: 4.6 ms per step for 20 replicas,
+2.4 ms for 10, also with two such processes side by side). Each chunk draws its own random stream, seeded from
+the run's generator, so ``workers`` is part of a run's configuration: the same command gives the same numbers;
+another ``workers`` gives different, equally valid ones. CPU only.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from bnnbench.run.engine import History, TrainResult
+from bnnbench.run.fit import FitOptions, build_method, fit
+
+
+def chunks(n: int, workers: int) -> list[range]:
+    """``min(workers, n)`` contiguous ranges covering ``range(n)``, sizes differing by at most one."""
+    w = max(1, min(int(workers), n))
+    bounds = [round(i * n / w) for i in range(w + 1)]
+    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def split_state(state: dict, idx: range, n: int) -> dict:
+    """Replica rows ``idx`` of every tensor in ``state`` (all lie on the replica axis, length ``n``)."""
+    out = {}
+    for k, v in state.items():
+        if torch.is_tensor(v):
+            if v.dim() == 0 or v.shape[0] != n:
+                raise ValueError(f"state entry {k!r} of shape {tuple(v.shape)} is not on the replica axis ({n})")
+            v = v[idx.start:idx.stop]
+        out[k] = v
+    return out
+
+
+def join_states(states: list[dict], sizes: list[int]) -> dict:
+    """Inverse of ``split_state``: tensors concatenated along the replica axis, other entries from the first."""
+    out = {}
+    for k, v in states[0].items():
+        if torch.is_tensor(v):
+            parts = [s[k] for s in states]
+            if any(p.dim() == 0 or p.shape[0] != m for p, m in zip(parts, sizes)):
+                raise ValueError(f"state entry {k!r} is not on the replica axis")
+            v = torch.cat(parts, 0)
+        out[k] = v
+    return out
+
+
+def join_histories(histories: list[History]) -> History:
+    metrics = [{k: sum((h.metrics[e][k] for h in histories), []) for k in histories[0].metrics[e]}
+               for e in range(len(histories[0].epochs))]
+    return History(list(histories[0].epochs), metrics)
+
+
+def part_path(checkpoint: Path | None, c: int, w: int) -> Path | None:
+    return None if checkpoint is None else Path(checkpoint).with_name(f"{Path(checkpoint).stem}-part{c}of{w}.pt")
+
+
+def fit_replicas(spec, ds, pairs, data_index, hparams, generator, opts: FitOptions, *, workers: int | None = None,
+                 init_state=None) -> TrainResult:
+    """``fit.fit`` of the replicas ``data_index``, in this process or, with ``workers > 1``, as that many chunks in
+    worker processes (``fit_in_workers``)."""
+    if workers is not None and int(workers) > 1 and len(data_index) > 1:
+        return fit_in_workers(spec, ds, pairs, list(data_index), hparams, generator, opts, workers=int(workers),
+                              init_state=init_state)
+    return fit(spec, ds, pairs, data_index, hparams, generator, opts, init_state=init_state)
+
+
+def _fit_chunk(args):
+    spec, ds, pairs, data_index, hparams, seed, threads, opts, init_state = args
+    from bnnbench.run.threads import apply
+    apply(threads)
+    torch.manual_seed(seed)  # the global generator too, as ``execute`` seeds it (q(tau)'s samples draw from it)
+    res = fit(spec, ds, pairs, data_index, hparams, torch.Generator().manual_seed(seed), opts, init_state=init_state)
+    res.method = None
+    res.state = {k: v.detach() if torch.is_tensor(v) else v for k, v in res.state.items()}  # no autograd across
+    return res
+
+
+def fit_in_workers(spec, ds, pairs, data_index, hparams, generator, opts: FitOptions, *, workers: int,
+                   init_state=None) -> TrainResult:
+    """``fit.fit`` of the replicas ``data_index`` as ``chunks`` run in ``workers`` spawned processes. Chunk c is seeded
+    with the c-th of the integers drawn from ``generator``; its checkpoint is ``<checkpoint>-part<c>of<W>.pt``, removed
+    once all chunks have finished. The joined result carries the method (for posterior metrics)."""
+    if torch.device(opts.device).type != "cpu":
+        raise ValueError("workers > 1 splits the replica axis over CPU processes; on a GPU use workers=null")
+    R = len(data_index)
+    parts = chunks(R, workers)
+    seeds = torch.randint(0, 2 ** 62, (len(parts),), generator=generator).tolist()
+    threads = max(1, torch.get_num_threads() // len(parts))  # the run's count (bnnbench.run.threads) shared out
+    jobs = []
+    for c, idx in enumerate(parts):
+        used = sorted(set(data_index[idx.start:idx.stop]))
+        where = {u: i for i, u in enumerate(used)}
+        chunk_opts = replace(opts, checkpoint=part_path(opts.checkpoint, c, len(parts)),
+                             replica_offset=opts.replica_offset + idx.start, progress=opts.progress and c == 0,
+                             announce_eta=opts.announce_eta and c == 0)
+        jobs.append((spec, ds, [pairs[u] for u in used], [where[d] for d in data_index[idx.start:idx.stop]],
+                     hparams[idx.start:idx.stop], seeds[c], threads, chunk_opts,
+                     None if init_state is None else split_state(init_state, idx, R)))
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=len(parts), mp_context=mp.get_context("spawn")) as pool:
+        res = list(pool.map(_fit_chunk, jobs))
+    wall = time.perf_counter() - t0
+    for c in range(len(parts)):
+        if opts.checkpoint is not None:
+            part_path(opts.checkpoint, c, len(parts)).unlink(missing_ok=True)
+    sizes = [len(idx) for idx in parts]
+    return TrainResult(join_states([r.state for r in res], sizes), join_histories([r.history for r in res]),
+                       {k: torch.cat([r.final[k] for r in res]) for k in res[0].final},
+                       wall + max(r.resumed_s for r in res), res[0].steps,
+                       torch.cat([r.diverged for r in res]), build_method(spec, ds),
+                       resumed_s=max(r.resumed_s for r in res))
