@@ -121,7 +121,7 @@ def _slang(L: int) -> Entry:
     )
 
 
-# tiny settings: a 16-unit network on 400 images, two 2-step stages, a handful of samples (tests/test_mnist.py's)
+# tiny settings: a 16-unit network on 400 images, two 2-step stages, a handful of samples (tests/run/test_mnist.py's)
 TINY_SLANG = ("protocol=slang_mnist_fast", "model.hidden=[16]", "protocol.subset.train=400", "protocol.subset.test=200",
               "protocol.stages=[{split: validation, epochs: 1}, {split: official, epochs: 1}]",
               "protocol.eval_samples=2", "protocol.eval_samples_final=4", "protocol.eval_every=1")

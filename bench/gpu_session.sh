@@ -12,7 +12,7 @@
 # (benchmark JSON, logs, queue.json: `tar -xzf gpu_queue.tar.gz -C results/gpu_queue`) and, where it fits a transfer
 # (at most 48 MiB), the resume state of the cell it left unfinished as resume.tar.part-* (`cat resume.tar.part-* |
 # tar -xf - -C results/runs`; commit it with `git add -f` after `git rm` of a record of another protocol beside it,
-# as tests/test_committed_records.py wants; the next lease continues the cell). QUEUE_ARGS adds options (--only ...).
+# as tests/run/test_committed_records.py wants; the next lease continues the cell). QUEUE_ARGS adds options (--only ...).
 #
 # The machine has torch, numpy, scipy, pandas, scikit-learn, matplotlib and pytest but not hydra-core, omegaconf,
 # antlr4 or platformdirs: those and bnnbench itself travel as wheels in .whl/ (carry .whl and .gpu), made here by

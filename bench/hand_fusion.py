@@ -31,7 +31,7 @@ import torch
 from bnnbench.core.data import load_dataset
 from bnnbench.core.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads
 from bnnbench.methods.base import likelihood_of
-from bnnbench.methods.natural import leaf_layers, per_example_stats
+from bnnbench.methods.gaussian.natural import leaf_layers, per_example_stats
 from bnnbench.core.models.mlp import affine
 
 from step_profile import CASES, Case  # bench/ is the script's folder, so it heads sys.path

@@ -18,7 +18,7 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench.methods import Batch, Problem
-from bnnbench.methods.hmc import HMC, full_batch
+from bnnbench.methods.sampling.hmc import HMC, full_batch
 from bnnbench.core.models import MLP
 
 

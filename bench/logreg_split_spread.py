@@ -14,7 +14,7 @@ import argparse
 
 import numpy as np
 
-from bnnbench.methods import exact_vi, logreg
+from bnnbench.methods.exact import exact_vi, logreg
 from bnnbench.run.config import CommandLine, compose
 from bnnbench.core.data import load_dataset
 from bnnbench.run.protocol import resolve

@@ -56,7 +56,7 @@ def run_one(cfg, overrides: list[str]) -> int:
     130 / 143 an interruption by Ctrl-C / SIGTERM (the same command resumes from the last checkpoint)."""
     from bnnbench.core.data import DataError
     from bnnbench.run.engine import DivergenceError
-    from bnnbench.methods.exact_vi import NotConvergedError
+    from bnnbench.methods.exact.exact_vi import NotConvergedError
     from bnnbench.run.execute import execute
     from bnnbench.methods import UnknownMethodError
     from bnnbench.run.config import ConfigError

@@ -6,7 +6,7 @@ import sys
 
 from datapaths import REPO
 
-TEST = "tests/test_data_store.py::test_cli_list_and_fetch"   # needs the raw-data mirror
+TEST = "tests/core/test_data_store.py::test_cli_list_and_fetch"   # needs the raw-data mirror
 
 
 def _pytest(ci: str | None):

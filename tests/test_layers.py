@@ -39,3 +39,10 @@ def test_no_module_imports_itself_through_others():
     cycles = sorted((m, b) for m in graph.modules for b in graph.find_modules_directly_imported_by(m)
                     if graph.chain_exists(importer=b, imported=m))
     assert cycles == []
+
+
+def test_the_tests_mirror_the_layers():
+    """A layer's tests in ``tests/<layer>/``; those of the command line and the whole package in ``tests/``."""
+    folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert folders == set(LAYERS)
+    assert all(any((ROOT / "tests" / layer).glob("test_*.py")) for layer in LAYERS)

@@ -5,7 +5,7 @@ once). Definitions as in Gelman et al., Bayesian Data Analysis (3rd ed., 2013, s
 Manual ("Posterior Analysis": "Potential scale reduction", "Effective sample size") and, for the rank-normalised
 versions, Vehtari, Gelman, Simpson, Carpenter & Buerkner (2021), "Rank-normalization, folding, and localization: an
 improved R-hat for assessing convergence of MCMC", Bayesian Analysis 16(2), 667-718. The numbers equal ArviZ's
-(``arviz_stats``: ``rhat(method="rank")``, ``ess(method="bulk" | "tail" | "mean")``; tests/test_mcmc.py).
+(``arviz_stats``: ``rhat(method="rank")``, ``ess(method="bulk" | "tail" | "mean")``; tests/core/test_mcmc.py).
 
 Every diagnostic splits each chain in halves first (m = 2M chains of n' = floor(n / 2) draws; an odd n's middle
 draw dropped). With chain means theta_j and variances s_j^2 (divisor n' - 1),

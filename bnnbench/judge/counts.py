@@ -7,8 +7,8 @@ reads ``reproduced N of M; better B (|z| > 4: K); worse W`` and then ``inconclus
 (no published value could be assigned to them), *not run* included. A better cell without a z (no published error,
 judged by the relative rule) is not counted in K.
 
-:func:`update_summaries` rewrites the part of README.md and results/README.md between :data:`BEGIN` and :data:`END`
-from ``results/tables/*.csv`` (``bnnbench table`` and ``make tables`` call it); ``tests/test_counts.py`` fails when the
+:func:`update_summaries` rewrites the part of README.md and results/README.md between :data:`BEGIN` and :data:`END` from
+``results/tables/*.csv`` (``bnnbench table`` and ``make tables`` call it); ``tests/judge/test_counts.py`` fails when the
 committed text differs from what the tables give.
 """
 

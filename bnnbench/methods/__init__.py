@@ -1,8 +1,11 @@
 """Inference methods, all behind the interface of ``bnnbench.methods.base``.
 
 Add a method by writing one module with a ``Method`` subclass (a mean-field Gaussian posterior: a ``MeanField``
-subclass, ``methods/mean_field.py``) and its typed ``Config`` (a ``MethodConfig`` dataclass: every setting with its
-default), and registering it here. Per-replica hyper-parameters other than the prior and noise precisions are
+subclass, ``methods/gaussian/mean_field.py``) and its typed ``Config`` (a ``MethodConfig`` dataclass: every setting with
+its default), and registering it here. The modules sit in folders by family: ``point`` (MAP, SGD, MC dropout),
+``gaussian`` (BBB, VOGN, Vadam, SLANG, full Gaussian), ``kfac`` (noisy Adam, noisy K-FAC, BlkTri), ``sampling`` (HMC),
+``adf`` (PBP), ``exact`` (exact Gaussian VI), ``inducing`` (global inducing points); ``base``, ``settings``, ``adam``
+and ``gamma_noise`` are what they share. Per-replica hyper-parameters other than the prior and noise precisions are
 declared in ``replica_hparams``.
 
 A method of another package registers itself with an entry point in the group ``bnnbench.methods`` (its name: the
@@ -17,23 +20,23 @@ contract checks on it (``bnnbench.run.contract``).
 
 from __future__ import annotations
 
+from bnnbench.methods.adf.pbp import PBP
 from bnnbench.methods.base import Batch, Method, Predictive, Problem, slice_state
-from bnnbench.methods.bbb import BBB
-from bnnbench.methods.exact_gaussian import ExactFullGaussian, ExactMeanField
-from bnnbench.methods.full_gaussian import FullGaussian
-from bnnbench.methods.hmc import HMC
-from bnnbench.methods.inducing.method import (FactorisedGlobalInducing, Factorised, GlobalInducing, LocalInducing,
-                                       RandomGlobalInducing)
-from bnnbench.methods.map import MAP
-from bnnbench.methods.mc_dropout import MCDropout
-from bnnbench.methods.vadam import Vadam, Vprop
-from bnnbench.methods.vadam_matlab import VadamMatlab
-from bnnbench.methods.noisy import KFAC, NoisyAdam, NoisyKFAC
-from bnnbench.methods.noisy_blktri import NoisyKFACBlkTri
-from bnnbench.methods.pbp import PBP
-from bnnbench.methods.sgd import SGD
-from bnnbench.methods.slang import SLANG
-from bnnbench.methods.vogn import VOGN
+from bnnbench.methods.exact.exact_gaussian import ExactFullGaussian, ExactMeanField
+from bnnbench.methods.gaussian.bbb import BBB
+from bnnbench.methods.gaussian.full_gaussian import FullGaussian
+from bnnbench.methods.gaussian.slang import SLANG
+from bnnbench.methods.gaussian.vadam import Vadam, Vprop
+from bnnbench.methods.gaussian.vadam_matlab import VadamMatlab
+from bnnbench.methods.gaussian.vogn import VOGN
+from bnnbench.methods.inducing.method import (Factorised, FactorisedGlobalInducing, GlobalInducing, LocalInducing,
+                                              RandomGlobalInducing)
+from bnnbench.methods.kfac.noisy import KFAC, NoisyAdam, NoisyKFAC
+from bnnbench.methods.kfac.noisy_blktri import NoisyKFACBlkTri
+from bnnbench.methods.point.map import MAP
+from bnnbench.methods.point.mc_dropout import MCDropout
+from bnnbench.methods.point.sgd import SGD
+from bnnbench.methods.sampling.hmc import HMC
 
 METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropout, VOGN, Vadam, Vprop, SLANG, NoisyAdam,
                                                                 NoisyKFAC, FullGaussian, VadamMatlab, ExactFullGaussian,

@@ -100,7 +100,7 @@ class Method:
     # positions of a convolution as extra rows of its ``forward_cache``); the others are refused on one
     conv = False
     # True where ``step`` compiles whole with ``torch.compile`` to the eager step's numbers up to float rounding
-    # (``bnnbench.run.compiled``, the run's ``compile`` setting; tests/test_contract.py checks it): one graph, no
+    # (``bnnbench.run.compiled``, the run's ``compile`` setting; tests/run/test_contract.py checks it): one graph, no
     # data-dependent branch or host library call between its forward pass and its gradients
     compilable = False
     # optional ``diagnostics(state, data: engine.ReplicaData) -> dict``: what the method reports about its final

@@ -38,7 +38,7 @@ def _run_cell(experiment: str, ov: list[str], cores: int | None) -> str:
     from bnnbench.run.config import ConfigError, compose
     from bnnbench.run.engine import DivergenceError
     from bnnbench.run.execute import execute
-    from bnnbench.methods.exact_vi import NotConvergedError
+    from bnnbench.methods.exact.exact_vi import NotConvergedError
     from bnnbench.run.results import RunDirError
     from bnnbench.run.signals import CellInterrupted, exit_code, resume_line
     from bnnbench.run.threads import share_cores

@@ -1,12 +1,12 @@
 """The ``compile`` setting: a method's whole update step through ``torch.compile`` (inductor).
 
 ``Method.step(state, batch, noise, lr_scale)`` is a pure function of the state's tensors, the minibatch and the draws,
-so it compiles whole: sampling from the draws, the forward pass, the gradients (``torch.autograd.grad``, traced into
-the graph with dynamo's ``trace_autograd_ops``) or closed-form cotangents, and the update, as one graph. The draws
-stay eager (``Method.noise`` reads a ``torch.Generator``), so a compiled run draws exactly the eager run's numbers; its
-state then differs from the eager one by float rounding only (fused kernels sum in another order: ~1e-6 relative in
-float32 per step, tests/test_contract.py), which over thousands of steps moves the last digits of a record's metrics:
-a compiled run is another configuration (``results.HASH_DEFAULTS``: ``compile`` is hashed when on).
+so it compiles whole: sampling from the draws, the forward pass, the gradients (``torch.autograd.grad``, traced into the
+graph with dynamo's ``trace_autograd_ops``) or closed-form cotangents, and the update, as one graph. The draws stay
+eager (``Method.noise`` reads a ``torch.Generator``), so a compiled run draws exactly the eager run's numbers; its state
+then differs from the eager one by float rounding only (fused kernels sum in another order: ~1e-6 relative in float32
+per step, tests/run/test_contract.py), which over thousands of steps moves the last digits of a record's metrics: a
+compiled run is another configuration (``results.HASH_DEFAULTS``: ``compile`` is hashed when on).
 
 Measured on this 2-core CPU (``bench/compile_step.py``): the Boston step of BBB (slang_uci) and VOGN (vadam_uci) at
 20 and 100 replicas runs 1.3-2x faster compiled, after 5-30 s of compilation in a fresh cache and ~1-4 s with a warm

@@ -12,7 +12,7 @@ network with three replicas:
 * predict finite outputs of shape [R, S, T, d_out] (S = 1 for a point estimate).
 
 ``check_compiled`` checks a ``compilable`` method's compiled step (the ``compile`` setting) against its eager step
-(tests/test_contract.py; not part of ``check-method``: a compilation takes seconds to a minute).
+(tests/run/test_contract.py; not part of ``check-method``: a compilation takes seconds to a minute).
 """
 
 from __future__ import annotations

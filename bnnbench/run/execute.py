@@ -19,12 +19,12 @@ import torch
 from omegaconf import DictConfig
 
 from bnnbench.run import active, results, threads
-from bnnbench.methods import logreg
+from bnnbench.methods.exact import logreg
 from bnnbench.run.compiled import compiles
 from bnnbench.run.config import CONFIG_SCHEMA, CommandLine, ConfigError
 from bnnbench.core.data import load_dataset
 from bnnbench.run.engine import DivergenceError
-from bnnbench.methods.exact_vi import NotConvergedError
+from bnnbench.methods.exact.exact_vi import NotConvergedError
 from bnnbench.run.fit import FitOptions, build_method, data_dtype, predictive, replica_data, solve_replicas
 from bnnbench.methods import method_class
 from bnnbench.core.metrics import STDERR_CONVENTION, summarise

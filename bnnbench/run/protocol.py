@@ -47,7 +47,7 @@ class RunSpec:
     splits: object = "all"
     split_scheme: dict | None = None  # {"kind": "random", ...}: the protocol's own splits instead of the data set's
     lr_drop: dict | None = None       # {"at": fraction of the epochs, "factor": f}: step sizes x f from then on
-    posterior_metrics: str | None = None  # "logreg": SLANG Table 1 metrics of the Gaussian q (bnnbench.methods.logreg)
+    posterior_metrics: str | None = None  # "logreg": SLANG Table 1 metrics of the Gaussian q (methods/exact/logreg.py)
     exact_gtol: float | None = None   # gradient tolerance of the exact (L-BFGS) solutions (posterior_metrics)
     restarts: int | None = None       # replicas per split with their own initialisation and noise ("<split>/<k>")
     eval_samples_final: int | None = None  # posterior samples of the final evaluation (None: eval_samples)

@@ -29,7 +29,7 @@ def matlab_randperm(n: int, seed: int) -> np.ndarray:
     (as ``numpy.random.RandomState(seed)`` does), and ``randperm(n)`` is ``[~, p] = sort(rand(1, n))``,
     MATLAB's doubles being the same 53-bit ``genrand_res53`` draws as ``RandomState.random_sample``.
     Checked against the authors' numbers: Full-Gaussian Exact on these splits gives SLANG Table 1's
-    means (tests/test_logreg.py)."""
+    means (tests/methods/test_logreg.py)."""
     u = np.random.RandomState(int(seed)).random_sample(n)
     return np.argsort(u, kind="stable")
 

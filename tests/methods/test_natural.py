@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from bnnbench.core.linalg.per_example import backprop, forward_cache, per_example_grads, sum_grads, sum_sq_grads
 from bnnbench.methods import METHODS, Batch, Problem
-from bnnbench.methods.natural import per_example_stats
+from bnnbench.methods.gaussian.natural import per_example_stats
 from bnnbench.core.models import MLP
 
 DT = torch.float64

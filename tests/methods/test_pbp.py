@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from scipy import integrate, stats
 
 from bnnbench.methods import METHODS, Batch, Problem, slice_state
-from bnnbench.methods.pbp import PBP, gamma_moment_match, layer_moments, relu_moments
+from bnnbench.methods.adf.pbp import PBP, gamma_moment_match, layer_moments, relu_moments
 from bnnbench.core.models import MLP
 
 DT = torch.float64

@@ -366,7 +366,7 @@ def test_sampled_target_cotangents_are_the_likelihood_gradient_and_update_runs_w
 def test_one_by_one_factor_square_root_matches_the_general_path_and_clamps_alike():
     """A 1 x 1 damped factor X (a layer with one output): C = X^-1/2; X <= 0 (indefinite in floating point) is clamped
     at the damping floor as the eigenvalue path does; a non-finite X gives NaN (the engine stops the run)."""
-    from bnnbench.methods.noisy import _inv_chol_t
+    from bnnbench.methods.kfac.noisy import _inv_chol_t
 
     X = torch.tensor([[[4.0]], [[-1.0]], [[0.0]], [[float("nan")]], [[float("-inf")]]], dtype=DT)
     floor = torch.tensor([1.0, 0.25, 0.04, 1.0, 1.0], dtype=DT)
@@ -383,7 +383,7 @@ def test_a_factor_not_positive_definite_even_clamped_gives_nan_not_an_exception(
     """A diverging replica's factor (finite, ~1e307, rank one) cannot be factorised even with its eigenvalues clamped:
     its C is NaN, so the engine marks that replica diverged and a selection round scores it as failed, while the
     other replicas' factors are exact (C C^T = X^-1)."""
-    from bnnbench.methods.noisy import _inv_chol_t
+    from bnnbench.methods.kfac.noisy import _inv_chol_t
     X = torch.full((2, 3, 3), 1e307, dtype=torch.float64)
     X[1] = torch.eye(3, dtype=torch.float64) * 2 + 0.5
     C = _inv_chol_t(X, torch.tensor([1e-3, 1e-3], dtype=torch.float64))

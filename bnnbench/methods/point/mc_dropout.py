@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from bnnbench.methods.base import Problem, State
-from bnnbench.methods.map import MAP, MAPConfig
+from bnnbench.methods.point.map import MAP, MAPConfig
 
 
 @dataclass

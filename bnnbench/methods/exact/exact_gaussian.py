@@ -7,7 +7,7 @@ For the linear model f(x) = w^T x + b, labels y_i in {0, 1} (s_i = 2 y_i - 1) an
     q* = argmax_{q = N(m, S)}  sum_i E_q[log sigmoid(s_i f(x_i))] - KL(q || p),
 
 over full covariances S (``exact_full``) or diagonal ones (``exact_mf``): L-BFGS on the exact ELBO (1-D quadrature,
-``bnnbench.methods.exact_vi.fit_exact``) to a max-abs gradient ``gtol``, each replica on its own training rows.
+``bnnbench.methods.exact.exact_vi.fit_exact``) to a max-abs gradient ``gtol``, each replica on its own training rows.
 Solutions are cached on disk by their inputs (``logreg.exact_solution``), as every Gaussian method's symmetric KL is
 measured to them. The state holds q* in the MLP's parameter order [w, b]: ``mean [R, P]`` and ``cov [R, P, P]``.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bnnbench.methods import logreg
+from bnnbench.methods.exact import logreg
 from bnnbench.core.errors import ConfigError
 from bnnbench.methods.base import Method, Problem, State, hyper_state
 from bnnbench.methods.settings import MethodConfig

@@ -21,8 +21,8 @@ import torch
 
 from bnnbench.methods.base import Problem, State, hyper_state
 from bnnbench.methods.settings import MethodConfig
-from bnnbench.methods.mean_field import DiagonalPrecision
-from bnnbench.methods.natural import leaf_layers, sample_gradients
+from bnnbench.methods.gaussian.mean_field import DiagonalPrecision
+from bnnbench.methods.gaussian.natural import leaf_layers, sample_gradients
 
 
 @dataclass

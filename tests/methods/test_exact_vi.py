@@ -1,4 +1,4 @@
-"""Tests of bnnbench.methods.exact_vi (exact Gaussian VI for Bayesian logistic regression).
+"""Tests of bnnbench.methods.exact.exact_vi (exact Gaussian VI for Bayesian logistic regression).
 
 References are independent of the module: scipy.integrate.quad, brute-force Monte Carlo,
 central finite differences, torch.distributions KL, and the natural-gradient fixed point.
@@ -13,7 +13,7 @@ from numpy.polynomial.hermite_e import hermegauss
 from scipy.integrate import quad
 from scipy.special import expit, log_expit
 
-from bnnbench.methods import exact_vi as ev
+from bnnbench.methods.exact import exact_vi as ev
 
 from datapaths import MIRROR
 

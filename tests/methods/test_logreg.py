@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench.judge.reference import REFERENCE_DIR
-from bnnbench.methods import exact_vi, logreg
+from bnnbench.methods.exact import exact_vi, logreg
 from bnnbench.run import results
 from bnnbench.run.config import ConfigError, compose
 from bnnbench.run.engine import ReplicaData

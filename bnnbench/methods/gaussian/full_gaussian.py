@@ -33,8 +33,8 @@ import torch
 from bnnbench.core.linalg.per_example import collapse_samples, forward_cache, materialise, sum_grads, sum_sq_grads
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of, standard_normal
 from bnnbench.methods.settings import MethodConfig
-from bnnbench.methods.natural import as_leaves, per_example_stats
-from bnnbench.methods.slang import decayed
+from bnnbench.methods.gaussian.natural import as_leaves, per_example_stats
+from bnnbench.methods.gaussian.slang import decayed
 
 
 @dataclass

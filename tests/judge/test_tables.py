@@ -340,7 +340,7 @@ def test_slang_table1_reference_is_the_authors_csv():
     of the authors' CSV (values as strings, as printed there)."""
     import csv
     import importlib.util
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     spec = importlib.util.spec_from_file_location("conv", repo / "data_scripts" / "slang_table1_authors.py")
     conv = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conv)

@@ -33,7 +33,7 @@ from bnnbench.core.linalg.per_example import (collapse_samples, forward_cache, g
                                          gradient_times, layer_factors, materialise, sum_grads, sum_sq_grads)
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of, standard_normal
 from bnnbench.methods.settings import MethodConfig
-from bnnbench.methods.natural import as_leaves
+from bnnbench.methods.gaussian.natural import as_leaves
 
 
 def decayed(rate0: float, kappa: float, t: torch.Tensor) -> torch.Tensor:

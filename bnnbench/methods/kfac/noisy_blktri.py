@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bnnbench.methods.noisy import NoisyKFAC, NoisyKFACConfig, _inv_chol_t, _kron_times
+from bnnbench.methods.kfac.noisy import NoisyKFAC, NoisyKFACConfig, _inv_chol_t, _kron_times
 
 
 @dataclass

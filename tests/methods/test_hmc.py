@@ -1,6 +1,6 @@
-"""HMC (methods/hmc.py) and the chain diagnostics (mcmc.py) against exact references: the closed-form posterior of
-Bayesian linear regression, pyro's NUTS on a tiny BNN, hand-computed R-hat and the ESS of an AR(1) chain, the
-acceptance rate dual averaging aims at, and autograd for the closed-form gradient."""
+"""HMC (methods/sampling/hmc.py) and the chain diagnostics (core/mcmc.py) against exact references: the closed-form
+posterior of Bayesian linear regression, pyro's NUTS on a tiny BNN, hand-computed R-hat and the ESS of an AR(1) chain,
+the acceptance rate dual averaging aims at, and autograd for the closed-form gradient."""
 
 import math
 
@@ -14,7 +14,7 @@ from bnnbench.core import mcmc
 from bnnbench.run.engine import ReplicaData, epoch_batches, make_batch, train
 from bnnbench.core.linalg.full_batch import gaussian_energy_grad
 from bnnbench.methods import Batch, Problem
-from bnnbench.methods.hmc import HMC, full_batch
+from bnnbench.methods.sampling.hmc import HMC, full_batch
 from bnnbench.core.models import MLP
 
 from datapaths import MIRROR
@@ -251,7 +251,7 @@ def test_rhat_and_ess_of_independent_and_of_shifted_chains():
     iid = rng.normal(size=(200, 4, 1000))               # 200 quantities x 4 chains x 1000 draws
     assert np.all(np.abs(mcmc.split_rhat(iid) - 1) < 0.01) and np.all(np.abs(mcmc.rhat(iid) - 1) < 0.01)
     # the ESS of independent draws is their number, but for the small downward bias of Geyer's truncated sum (the
-    # positive noise autocorrelations it adds: -1.3 % here; tests/test_mcmc.py checks it against ArviZ's)
+    # positive noise autocorrelations it adds: -1.3 % here; tests/core/test_mcmc.py checks it against ArviZ's)
     ess = mcmc.ess(iid)
     assert abs(ess.mean() / 4000 - 1) < 0.03, ess.mean()
     shifted = iid + np.arange(4)[:, None]              # chains at different means

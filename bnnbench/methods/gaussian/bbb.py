@@ -23,7 +23,7 @@ from bnnbench.core.metrics import kl_diag_gaussians
 from bnnbench.methods import gamma_noise
 from bnnbench.methods.adam import adam
 from bnnbench.methods.base import Problem, State, hyper_state
-from bnnbench.methods.mean_field import MeanField
+from bnnbench.methods.gaussian.mean_field import MeanField
 from bnnbench.core.models.mlp import softplus_inv
 
 

@@ -32,7 +32,7 @@ import torch
 from bnnbench.core.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads
 from bnnbench.methods import gamma_noise
 from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
-from bnnbench.methods.mean_field import MeanField
+from bnnbench.methods.gaussian.mean_field import MeanField
 from bnnbench.core.metrics import kl_diag_gaussians
 
 

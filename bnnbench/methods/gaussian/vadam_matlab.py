@@ -1,6 +1,6 @@
 """Vadam as the MATLAB logistic-regression code of Khan et al. (ICML 2018, section 6.1, Figure 2;
 ``matlab/lib/methods/my_methods.m``, docs/protocols/vadam.md 2) runs it. It differs from the PyTorch
-``vadam`` (``bnnbench/methods/vadam.py``) in its scaling, its initial state and where the prior enters.
+``vadam`` (``bnnbench/methods/gaussian/vadam.py``) in its scaling, its initial state and where the prior enters.
 
 q = N(mu, diag(1 / prec)), starting from prec_0 = S_0 = ``prec_init`` (the code: Sigma = I, S = inv(Sigma)). With the
 minibatch gradient of the *summed* negative log-likelihood scaled to the data set,
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from bnnbench.methods.natural import leaf_layers, sample_gradients
-from bnnbench.methods.slang import decayed
+from bnnbench.methods.gaussian.natural import leaf_layers, sample_gradients
+from bnnbench.methods.gaussian.slang import decayed
 from bnnbench.methods.settings import MethodConfig
-from bnnbench.methods.vogn import VOGN
+from bnnbench.methods.gaussian.vogn import VOGN
 
 
 @dataclass

@@ -1,16 +1,16 @@
 """Stochastic gradient descent with momentum and weight decay: the SGD column of noisy natural gradient's CIFAR-10
 table (Zhang et al., 2018, Table 2), a point estimate.
 
-Objective per data point, as MAP's (``methods/map.py``): ``-(1/M) sum_i log p(y_i | theta) + (1/(2N)) sum_p lambda_p
-theta_p^2``, so the weight decay is lambda / N (the prior precision lambda of the problem). Heavy-ball momentum as
-``torch.optim.SGD``: ``v <- mu v + g``, ``theta <- theta - alpha v`` (Nesterov: ``theta - alpha (g + mu v)``).
+Objective per data point, as MAP's (``methods/point/map.py``): ``-(1/M) sum_i log p(y_i | theta) + (1/(2N)) sum_p
+lambda_p theta_p^2``, so the weight decay is lambda / N (the prior precision lambda of the problem). Heavy-ball momentum
+as ``torch.optim.SGD``: ``v <- mu v + g``, ``theta <- theta - alpha v`` (Nesterov: ``theta - alpha (g + mu v)``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bnnbench.methods.map import MAP
+from bnnbench.methods.point.map import MAP
 from bnnbench.methods.settings import MethodConfig
 
 

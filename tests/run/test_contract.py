@@ -12,7 +12,7 @@ from bnnbench import methods
 from bnnbench.cli import main
 from bnnbench.run.contract import check_compiled, check_method
 from bnnbench.methods import MAP, BUILT_IN, METHODS, PluginError, plugin_methods
-from bnnbench.methods.map import MAPConfig
+from bnnbench.methods.point.map import MAPConfig
 
 
 @pytest.mark.parametrize("name", sorted(BUILT_IN))

@@ -2,11 +2,11 @@
 columns (Mishkin et al., 2018, section 4.1; docs/protocols/slang.md sections 3 and 4.1).
 
 The model is the MLP with no hidden layer, ``f(x) = w^T x + b``, with a Bernoulli likelihood. Its flat
-parameter vector is ``[w (D), b]``; the design-matrix form of ``bnnbench.methods.exact_vi`` puts the bias first,
+parameter vector is ``[w (D), b]``; the design-matrix form of ``bnnbench.methods.exact.exact_vi`` puts the bias first,
 ``X~ = [1, X]``, ``theta~ = [b, w]`` (as SLANG's MATLAB code, whose KL quirk concerns coordinate 0).
 
 For every method whose q is Gaussian (``Method.gaussian``), the exact solutions included
-(``bnnbench.methods.exact_gaussian``), per split:
+(``bnnbench.methods.exact.exact_gaussian``), per split:
 
 * ``neg_elbo``: -ELBO(q) / N_train, exact (1-D quadrature, correct KL);
 * ``neg_elbo_paper``: the MATLAB convention of the published numbers: E[log(1 + e^z)] by the piecewise
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from bnnbench.core.files import save_npz
-from bnnbench.methods import exact_vi
+from bnnbench.methods.exact import exact_vi
 
 
 def design(X: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from bnnbench.methods import METHODS, Batch, Problem
-from bnnbench.methods.mean_field import DiagonalPrecision, MeanField
+from bnnbench.methods.gaussian.mean_field import DiagonalPrecision, MeanField
 from bnnbench.core.models import MLP
 
 DT = torch.float64

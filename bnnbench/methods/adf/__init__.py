@@ -1,0 +1,1 @@
+"""Assumed density filtering: probabilistic backpropagation (Hernandez-Lobato & Adams, 2015)."""
