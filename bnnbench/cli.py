@@ -364,8 +364,13 @@ def cmd_data(args) -> int:
 
 
 def cmd_regression(args) -> int:
+    from bnnbench.core.data import DataError
     from bnnbench.judge.regression_check import main as regression_main
-    return regression_main(args)
+    try:
+        return regression_main(args)
+    except DataError as e:   # a re-run needs the data set: one line that says how to get it, never a traceback
+        _error(str(e))
+        return EXIT_CONFIG
 
 
 def main(argv: list[str] | None = None) -> int:

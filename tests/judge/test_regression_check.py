@@ -94,6 +94,21 @@ def test_a_perturbed_record_fails_the_check_naming_the_number(results_copy, tmp_
     assert main(_args(results_copy, tmp_path)) == 0
 
 
+def test_a_rerun_without_its_data_set_is_one_error_line(results_copy, tmp_path, capsys, monkeypatch):
+    """No mirror, no cache, no network: ``bnnbench regression`` says how to fetch the data set, without a traceback."""
+    from bnnbench.cli import main
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.delenv("BNNBENCH_MIRROR", raising=False)
+    monkeypatch.setenv("BNNBENCH_CACHE", str(empty))
+    monkeypatch.setenv("BNNBENCH_OFFLINE", "1")
+    assert main(["regression", "--results", str(results_copy), "--runs-root", str(tmp_path / "rerun"),
+                 "--only", "nng_table4/pbp/uci/yacht", "--max-cell-s", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: Raw data file") and "bnnbench data fetch uci/yacht" in err
+    assert "Traceback" not in err
+
+
 def test_rerecord_needs_a_reason(tmp_path, capsys):
     from bnnbench.judge.regression_check import main
     assert main(Namespace(results=str(tmp_path), runs_root=str(tmp_path), only=[], max_cell_s=0.0, rerecord=True,
