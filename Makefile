@@ -8,7 +8,7 @@ RUNS   ?= results/runs
 EXPERIMENTS ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_fig1 gi_fig2 gi_tableG uci_leaderboard
 TABLES ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_tableG slang_table3 uci_leaderboard   # MNIST's cells are GPU work (device=cuda) or, on a CPU, protocol=slang_mnist_50k
 JOBS   ?= 1
-LAUNCHER ?=        # e.g. joblib, submitit_slurm: each cell one job through Hydra's launcher (README: On a cluster)
+LAUNCHER ?=        # e.g. joblib, submitit_slurm: each cell one job through Hydra's launcher (docs/cluster.md)
 LAUNCHER_ARGS ?=   # e.g. --partition gpu --time 60 --cpus 2
 ARGS   ?=
 PYTEST_ARGS ?=

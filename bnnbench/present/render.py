@@ -36,16 +36,17 @@ _METRIC_LABELS = {
     "pearson_corr_predvar_vs_hmc": "corr(HMC)",
     "time_per_epoch_s": "s/epoch",
 }
+# the verdicts' own words, as the site and the count lines say them (worse in bold, to be found at a glance)
 _VERDICT_WORDS_MD = {
-    "reproduced": "ok",
+    "reproduced": "reproduced",
     "better": "better",
-    "worse": "**WORSE**",
+    "worse": "**worse**",
     "inconclusive": "inconclusive (our se > 3x the paper's)",
     "not_run": "not run",
     "unattributed": "no verdict (cell unattributed)",
 }
 _VERDICT_WORDS_TEX = {
-    "reproduced": "ok",
+    "reproduced": "reproduced",
     "better": "better",
     "worse": "\\textbf{worse}",
     "inconclusive": "inconcl.",
@@ -196,7 +197,7 @@ def render_markdown(df: pd.DataFrame, spec: Mapping, wall_time_s: float | None =
 
     The table has one row per dataset and, per (metric, method), three columns:
     ``<METRIC> <Method> ours`` (mean ± se), ``... paper`` (as printed, ± error)
-    and ``...`` verdict (ok / better / **WORSE** / not run); with ``layout: long`` in the
+    and ``...`` verdict (reproduced / better / **worse** / not run); with ``layout: long`` in the
     spec, one row per published cell instead.
     """
     df = norm_keys(df)

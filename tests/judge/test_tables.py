@@ -306,8 +306,17 @@ def test_render_markdown(runs):
     assert "RMSE BBB ours" in md and "LL SLANG (L=1) paper" in md
     lines = [l for l in md.splitlines() if l.startswith("| boston")]
     assert len(lines) == 1 and "3.200 \u00b1 0.150" in lines[0] and "3.43 \u00b1 0.20" in lines[0]
-    assert "**WORSE**" in lines[0] and "not run (failed)" in lines[0]
+    assert "**worse**" in lines[0] and "not run (failed)" in lines[0]
     assert "7200 s (2.00 h)" in render_markdown(df, SPEC, wall_time_s=7200.0)
+
+
+def test_the_markdown_table_says_each_verdict_in_the_words_of_the_site(runs):
+    """The site writes a cell's verdict as it is (reproduced, better, worse); the Markdown said "ok" and "WORSE"."""
+    df = build_table(SPEC, runs)
+    md = render_markdown(df, SPEC)
+    cells = [c.strip() for l in md.splitlines() if l.startswith("| boston") for c in l.split("|")]
+    assert "reproduced" in cells and "**worse**" in cells
+    assert "ok" not in cells and "**WORSE**" not in cells
 
 
 def test_render_markdown_long_layout(runs):
@@ -317,7 +326,7 @@ def test_render_markdown_long_layout(runs):
     rows = [l for l in md.splitlines() if l.startswith("| boston")]
     assert len(rows) == len(df[df["dataset"] == "boston"]) == 4   # one row per published cell
     assert any("RMSE" in r and "BBB" in r and "3.200 \u00b1 0.150" in r and "3.43 \u00b1 0.20" in r for r in rows)
-    assert sum("**WORSE**" in r for r in rows) == 1 and sum("not run (failed)" in r for r in rows) == 2
+    assert sum("**worse**" in r for r in rows) == 1 and sum("not run (failed)" in r for r in rows) == 2
     assert "| Dataset | Metric | Method | ours | paper | verdict |" in md
 
 
@@ -381,7 +390,7 @@ def test_a_flagged_sampler_run_keeps_its_number_and_is_marked(tmp_path):
     cell = _cell(df, "boston", "BBB", "test_rmse")
     assert cell.verdict == "reproduced" and cell.ours == pytest.approx(3.20)
     assert cell.run_status == "flagged: R-hat 1.31 > 1.1"
-    assert "ok (flagged: R-hat 1.31 > 1.1)" in render_markdown(df, SPEC)
+    assert "reproduced (flagged: R-hat 1.31 > 1.1)" in render_markdown(df, SPEC)
     other = _cell(df, "boston", "BBB", "test_loglik")
     assert other.verdict == "not_run" and other.run_status == "metric_missing"
 
