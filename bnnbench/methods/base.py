@@ -15,7 +15,9 @@ rows at once (exact VI: L-BFGS on the exact ELBO), so a replica's solution is it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -81,9 +83,10 @@ class Method:
 
     name = "method"
     Config = MethodConfig
-    # per-replica hyper-parameters the method reads from its state besides the prior and noise precisions: each a
-    # ``Problem.hparams`` entry ``[R]`` (``fit.make_problem`` builds them from the replicas' hyper-parameters)
-    replica_hparams: tuple[str, ...] = ()
+    # per-replica hyper-parameters the method reads from its state besides the prior and noise precisions, with the
+    # range of their valid values: each a ``Problem.hparams`` entry ``[R]`` (``fit.make_problem`` builds them from
+    # the replicas' hyper-parameters; the contract checks draw them from the range)
+    replica_hparams: Mapping[str, tuple[float, float]] = MappingProxyType({})
     solved = False  # True: the harness calls ``solve`` once instead of ``update`` in a training loop
     # True: the run's data and state are float64 whatever its ``dtype`` (solved methods are, always)
     float64 = False

@@ -25,12 +25,6 @@ from bnnbench.methods.settings import MethodConfig
 LOG_2PI = math.log(2 * math.pi)
 
 
-def kl_gamma(a, b, a0, b0):
-    """KL(Gamma(a, b) || Gamma(a0, b0)), shape-rate parameterisation."""
-    return ((a - a0) * torch.digamma(a) - torch.lgamma(a) + math.lgamma(a0) + a0 * (torch.log(b) - math.log(b0))
-            + a * (b0 - b) / b)
-
-
 NOISE_KEYS = ("noise_prior_shape", "noise_prior_rate", "noise_lr")
 
 

@@ -17,6 +17,7 @@ network with three replicas:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import MISSING, fields, is_dataclass
 
 import numpy as np
@@ -53,13 +54,16 @@ def _finite(state) -> list[str]:
     return [k for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
 
 
-def _problem(likelihood: str, model: MLP, g: torch.Generator, dtype=DT) -> Problem:
+def _problem(likelihood: str, model: MLP, g: torch.Generator, dtype=DT, hparams: Mapping = ()) -> Problem:
+    """A tiny problem of R replicas with their own precisions and, for each per-replica hyper-parameter the method
+    declares (``Method.replica_hparams``: name -> its range), R values drawn from that range."""
     prior = (torch.rand(R, 1, generator=g, dtype=dtype) + 0.5).expand(R, model.n_params).clone()
     gauss = likelihood == "gaussian"
     return Problem(likelihood, n_data=torch.tensor([40, 37, 40]), prior_prec=prior,
                    noise_prec=torch.rand(R, generator=g, dtype=dtype) + 0.5 if gauss else None,
                    y_scale=torch.rand(R, generator=g, dtype=dtype) + 0.5 if gauss else None,
-                   hparams={"dropout": torch.tensor([0.05, 0.1, 0.2], dtype=dtype)})
+                   hparams={k: lo + (hi - lo) * torch.rand(R, generator=g, dtype=dtype)
+                            for k, (lo, hi) in dict(hparams).items()})
 
 
 def check_method(name: str, steps: int = 3) -> list[tuple[str, str | None]]:
@@ -82,7 +86,7 @@ def check_method(name: str, steps: int = 3) -> list[tuple[str, str | None]]:
             method = cls(cfg, model, lik)
             if cls.solved:
                 break
-            state = method.init(_problem(lik, model, g), g)
+            state = method.init(_problem(lik, model, g, hparams=cls.replica_hparams), g)
             likelihood = lik
             break
         except (ValueError, NotImplementedError) as e:
@@ -146,7 +150,7 @@ def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings:
     for lik in ("gaussian", "bernoulli"):
         try:
             method = cls(OmegaConf.merge(OmegaConf.structured(cls.Config), settings or {}), model, lik)
-            state = method.init(_problem(lik, model, g, dtype), g)
+            state = method.init(_problem(lik, model, g, dtype, cls.replica_hparams), g)
             break
         except (ValueError, NotImplementedError):
             method = None

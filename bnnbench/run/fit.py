@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from bnnbench.run.engine import History, ReplicaData, TrainResult, predictive_moments, train
 from bnnbench.methods import Method, Problem, method_class
@@ -50,11 +49,9 @@ def build_method(spec: RunSpec, ds):
         model = ConvNet(image_shape(ds), spec.conv["arch"], out_dim, fc=spec.conv["fc"],
                         batch_norm=spec.conv["batch_norm"], kernel=spec.conv["kernel"])
     else:
-        model = MLP([int(np.prod(ds.X.shape[1:])), *spec.model_hidden, out_dim], spec.activation)
-    cfg = spec.method
-    if "image_shape" in cfg and not cfg.image_shape and image_shape(ds):
-        cfg = OmegaConf.merge(cfg, {"image_shape": image_shape(ds)})
-    return method_class(spec.method.name)(cfg, model, spec.likelihood)
+        model = MLP([int(np.prod(ds.X.shape[1:])), *spec.model_hidden, out_dim], spec.activation,
+                    input_shape=image_shape(ds))
+    return method_class(spec.method.name)(spec.method, model, spec.likelihood)
 
 
 def image_shape(ds) -> list[int]:

@@ -9,7 +9,6 @@ from omegaconf import OmegaConf
 
 from bnnbench.methods import METHODS, Batch, Problem
 from bnnbench.methods import gamma_noise
-from bnnbench.methods.gamma_noise import kl_gamma
 from bnnbench.core.models import MLP
 from bnnbench.run.config import ConfigError
 
@@ -23,12 +22,6 @@ ADAM = dict(BASE, betas=[0.9, 0.999], f_init=0.0)
 def _problem(model, N=40, lam=2.0):
     return Problem("gaussian", torch.tensor([N]), torch.full((1, model.n_params), lam, dtype=DT),
                    noise_prec=torch.tensor([1.0], dtype=DT), y_scale=torch.ones(1, dtype=DT))
-
-
-def test_kl_gamma_matches_torch():
-    a, b = torch.tensor([2.5, 7.0], dtype=DT), torch.tensor([0.5, 3.0], dtype=DT)
-    ref = torch.distributions.kl_divergence(torch.distributions.Gamma(a, b), torch.distributions.Gamma(6.0, 6.0))
-    assert torch.allclose(kl_gamma(a, b, 6.0, 6.0), ref)
 
 
 def test_gamma_noise_gradient_matches_autograd_of_the_objective():

@@ -127,7 +127,7 @@ def _toy(n=30, d=3, seed=0):
 class _TemperedMAP(MAP):
     """A method that declares a per-replica hyper-parameter of its own."""
     name = "tempered_map"
-    replica_hparams = ("temperature",)
+    replica_hparams = {"temperature": (0.5, 20.0)}
 
 
 def _spec(method_cfg: dict) -> RunSpec:

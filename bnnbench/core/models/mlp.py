@@ -36,11 +36,12 @@ def affine(h: torch.Tensor, W: torch.Tensor, b: torch.Tensor, first: bool = Fals
 
 
 class MLP:
-    def __init__(self, sizes: list[int], activation: str = "relu"):
+    def __init__(self, sizes: list[int], activation: str = "relu", input_shape: tuple[int, ...] = ()):
         if activation not in _ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; valid: {sorted(_ACTIVATIONS)}")
         self.sizes = [int(s) for s in sizes]
         self.activation = activation
+        self.input_shape = tuple(int(s) for s in input_shape)   # (C, H, W) of image inputs, flattened here; () tabular
         self._act = _ACTIVATIONS[activation]
         self._act_grad = _ACT_GRADS[activation]
         self.slices = []  # (W slice, b slice, d_in, d_out) per layer

@@ -96,8 +96,8 @@ class InducingFamily(Method):
         super().__init__(cfg, model, likelihood)
         c = self.cfg
         self.check_settings(c)
-        modules, in_shape = build_arch(c.arch or "mlp", model.sizes, c.image_shape or [], model.activation,
-                                       c.channels or 0)
+        image_shape = c.image_shape or getattr(model, "input_shape", ())   # unset: the data set's (the network's)
+        modules, in_shape = build_arch(c.arch or "mlp", model.sizes, image_shape, model.activation, c.channels or 0)
         self.net = InducingNet(modules, self.family, c.prior, in_shape=in_shape, n_inducing=c.get("inducing", 0),
                                activation=model.activation, local_reparam=c.get("local_reparam", False),
                                var_init_mult=c.get("var_init_mult", 1e-3), log_prec_init=c.get("log_prec_init", -4.0),

@@ -13,6 +13,7 @@ decayed). Prediction keeps dropout on: T stochastic passes, Gaussian noise preci
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import torch
 
@@ -29,7 +30,7 @@ class MCDropout(MAP):
     """MAP's Adam on theta with dropout masks as the noise of a step and Gal's objective."""
     name = "mc_dropout"
     Config = MCDropoutConfig
-    replica_hparams = ("dropout",)
+    replica_hparams = MappingProxyType({"dropout": (0.0, 0.5)})   # the dropout rate p
     conv = False  # dropout masks of an MLP's layer inputs
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
