@@ -213,6 +213,69 @@ def _judged_against(cell, p_dec, e_dec, scale: float, printed_index: Mapping) ->
             "printed": True, "judged_at": f"{decimal_places(pv)} decimals (as printed)"}
 
 
+def _reference_cells(spec: dict, reference_dir) -> pd.DataFrame:
+    """The published cells of the spec's paper and table (``ValueError`` when none)."""
+    ref = read_reference(reference_path(spec, reference_dir))
+    if spec.get("table"):
+        ref = ref[ref["table"] == str(spec["table"])]
+    if spec.get("paper") and (ref["paper"] == str(spec["paper"])).any():
+        ref = ref[ref["paper"] == str(spec["paper"])]
+    if ref.empty:
+        raise ValueError(f"spec {spec.get('name')!r}: reference selection is empty")
+    return ref
+
+
+def _ours(rec: Mapping | None, run_status: str, runs_root: Path, name: str, column: str, m: Mapping, key: str,
+          mm: Mapping, ds: str) -> dict:
+    """Our side of one cell from its column's record: ``ours, ours_se, n, wall_time_s, stderr_convention,
+    run_status`` and the flag of a paired metric's reference run (``ref_flag``, or None)."""
+    nan = float("nan")
+    if rec is None:
+        return {"ours": nan, "ours_se": nan, "n": nan, "wall_time_s": nan, "stderr_convention": "",
+                "run_status": run_status, "ref_flag": None}
+    paired_status = ref_flag = None
+    if mm.get("against"):
+        (ours, se, n), paired_status, ref_flag = _paired_summary(runs_root, name, column, ds, mm)
+    else:   # a column may read another metric of its records (Dropout: per-point LL)
+        ours, se, n = _summary_of(rec, (m.get("metric_keys") or {}).get(key, key))
+    if mm.get("se_metric") and n == 1:  # one run: the metric's own standard error (binomial)
+        se = _summary_of(rec, mm["se_metric"])[0]
+    wall = rec.get("wall_time_s")
+    status = run_status if not math.isnan(ours) else (paired_status or "metric_missing")
+    status = (_flag_of(rec) if not math.isnan(ours) else None) or status
+    if ref_flag and not math.isnan(ours):   # the reference's flag first: it sets the verdict
+        status = ref_flag + ("; " + status if status.startswith("flagged") else "")
+    return {"ours": ours, "ours_se": se, "n": n, "wall_time_s": nan if is_missing(wall) else float(wall),
+            "stderr_convention": str(rec.get("stderr_convention") or ""), "run_status": status, "ref_flag": ref_flag}
+
+
+def _judged_row(cell, scale: float, ours: dict, mm: Mapping, judge: dict, unattributed: bool) -> dict:
+    """The paper's side of one cell and the verdict: ``paper, paper_err, verdict, z, rel_diff, scale,
+    paper_printed, paper_err_printed, judged_at, reference_value``."""
+    nan = float("nan")
+    p_dec, e_dec = as_decimal(cell["value"]), as_decimal(cell["error"])
+    mean, se = ours["ours"], ours["ours_se"]
+    if unattributed:
+        v, z = "unattributed", nan
+    else:
+        v, z = verdict(None if math.isnan(mean) else mean / judge["scale"],
+                       se / judge["scale"] if not math.isnan(se) else se,
+                       judge["value"], judge["error"], mm["higher_is_better"], mm["kind"])
+        if ours["ref_flag"] and v != "not_run":   # against an unconverged reference the number confirms nothing
+            v = "inconclusive"
+    reference_value = nan
+    if judge["printed"]:   # the paper column shows what the paper printed, the reference's value beside
+        reference_value = float(p_dec) * scale
+        p_dec, scale = as_decimal(judge["value"]), judge["scale"]
+        e_dec = as_decimal(judge["error"])
+    paper = float(p_dec) * scale if p_dec is not None else nan
+    return {"paper": paper, "paper_err": float(e_dec) * scale if e_dec is not None else nan, "verdict": v, "z": z,
+            "rel_diff": (mean - paper) / abs(paper) if paper != 0 else nan, "scale": scale,
+            "paper_printed": _candidates_note(cell) if unattributed else judge["value"],
+            "paper_err_printed": judge["error_printed"], "judged_at": judge["judged_at"],
+            "reference_value": reference_value}
+
+
 def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
     """One row per published cell of the spec's methods x datasets x metrics.
 
@@ -233,18 +296,10 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
     datasets = [str(d) for d in (spec.get("datasets") or [])]
     if not datasets:
         raise ValueError(f"spec {name!r} selects no datasets")
-    ref = read_reference(reference_path(spec, reference_dir))
-    if spec.get("table"):
-        ref = ref[ref["table"] == str(spec["table"])]
-    if spec.get("paper") and (ref["paper"] == str(spec["paper"])).any():
-        ref = ref[ref["paper"] == str(spec["paper"])]
-    if ref.empty:
-        raise ValueError(f"spec {name!r}: reference selection is empty")
-
+    ref = _reference_cells(spec, reference_dir)
     overrides = {str(k): v for k, v in (spec.get("dataset_names") or {}).items()}
     available = set(ref["dataset"])
     ds_ref = {ds: dataset_ref_name(ds, overrides, available) for ds in datasets}
-
     cell_index: dict[tuple, pd.Series] = {}
     for _, r in ref.iterrows():
         cell_index.setdefault((r["dataset"], r["method"], r["setting"], r["metric"]), r)
@@ -253,90 +308,28 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
     runs_root = Path(runs_root)
     used_m, used_d, used_k = set(), set(), set()
     rows = []
-    nan = float("nan")
     for ds in datasets:
         for mid, m in methods.items():
             rec, run_status, selected = _column_record(runs_root, name, mid, m, ds)
             for key, mm in metrics.items():
-                cell = cell_index.get((ds_ref[ds], m["paper_method"], m["setting"],
-                                       mm["paper_metric"]))
+                cell = cell_index.get((ds_ref[ds], m["paper_method"], m["setting"], mm["paper_metric"]))
                 if cell is None:
                     continue
                 unattributed = is_missing(cell["value"])
                 if unattributed and not (spec.get("show_unattributed") and _candidates_note(cell)):
                     continue
                 used_m.add(mid), used_d.add(ds), used_k.add(key)
-                p_dec = as_decimal(cell["value"])
-                e_dec = as_decimal(cell["error"])
                 scale = float(cell["scale"]) if not is_missing(cell["scale"]) else float(mm.get("scale", 1.0))
-                paired_status = ref_flag = None
-                if rec is not None and mm.get("against"):
-                    (ours, se, n), paired_status, ref_flag = _paired_summary(runs_root, name, selected or mid, ds,
-                                                                             mm)
-                elif rec is not None:   # a column may read another metric of its records (Dropout: per-point LL)
-                    ours, se, n = _summary_of(rec, (m.get("metric_keys") or {}).get(key, key))
-                if rec is not None:
-                    if mm.get("se_metric") and n == 1:  # one run: the metric's own standard error (binomial)
-                        se = _summary_of(rec, mm["se_metric"])[0]
-                    wall = rec.get("wall_time_s")
-                    wall = nan if is_missing(wall) else float(wall)
-                    conv = str(rec.get("stderr_convention") or "")
-                    status = run_status if not math.isnan(ours) else (paired_status or "metric_missing")
-                    status = (_flag_of(rec) if not math.isnan(ours) else None) or status
-                    if ref_flag and not math.isnan(ours):   # the reference's flag first: it sets the verdict
-                        status = ref_flag + ("; " + status if status.startswith("flagged") else "")
-                else:
-                    ours = se = n = wall = nan
-                    conv = ""
-                    status = run_status
-                proto = _protocol_of(rec)
-                judge = _judged_against(cell, p_dec, e_dec, scale, printed_index)
-                if unattributed:
-                    v, z = "unattributed", nan
-                else:
-                    v, z = verdict(
-                        None if math.isnan(ours) else ours / judge["scale"],
-                        se / judge["scale"] if not math.isnan(se) else se,
-                        judge["value"], judge["error"], mm["higher_is_better"], mm["kind"],
-                    )
-                    if ref_flag and v != "not_run":   # against an unconverged reference the number confirms nothing
-                        v = "inconclusive"
-                reference_value = nan
-                if judge["printed"]:   # the paper column shows what the paper printed, the reference's value beside
-                    reference_value = float(p_dec) * scale
-                    p_dec, scale = as_decimal(judge["value"]), judge["scale"]
-                    e_dec = as_decimal(judge["error"])
-                paper = float(p_dec) * scale if p_dec is not None else nan
-                rows.append({
-                    "dataset": cell["dataset"],
-                    "method": cell["method"],
-                    "setting": cell["setting"],
-                    "metric": cell["metric"],
-                    "ours": ours,
-                    "ours_se": se,
-                    "paper": paper,
-                    "paper_err": float(e_dec) * scale if e_dec is not None else nan,
-                    "verdict": v,
-                    "z": z,
-                    "rel_diff": (ours - paper) / abs(paper) if paper != 0 else nan,
-                    "n": n,
-                    "wall_time_s": wall,
-                    "our_method": mid,
-                    "our_dataset": ds,
-                    "our_metric": key,
-                    "higher_is_better": mm["higher_is_better"],
-                    "kind": mm["kind"],
-                    "paper_printed": _candidates_note(cell) if unattributed else judge["value"],
-                    "paper_err_printed": judge["error_printed"],
-                    "scale": scale,
-                    "error_kind": cell["error_kind"],
-                    "stderr_convention": conv,
-                    "run_status": status,
-                    "protocol": proto,
-                    "selected": selected,
-                    "judged_at": judge["judged_at"],
-                    "reference_value": reference_value,
-                })
+                ours = _ours(rec, run_status, runs_root, name, selected or mid, m, key, mm, ds)
+                judge = _judged_against(cell, as_decimal(cell["value"]), as_decimal(cell["error"]), scale,
+                                        printed_index)
+                row = {"dataset": cell["dataset"], "method": cell["method"], "setting": cell["setting"],
+                       "metric": cell["metric"], "our_method": mid, "our_dataset": ds, "our_metric": key,
+                       "higher_is_better": mm["higher_is_better"], "kind": mm["kind"],
+                       "error_kind": cell["error_kind"], "protocol": _protocol_of(rec), "selected": selected,
+                       **ours, **_judged_row(cell, scale, ours, mm, judge, unattributed)}
+                del row["ref_flag"]
+                rows.append(row)
 
     unmatched = []
     for what, sel, used in (("methods", list(methods), used_m),
