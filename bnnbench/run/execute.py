@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +126,73 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
         return _execute(cfg, overrides, Path(run_dir), log)
 
 
+@dataclass
+class Trained:
+    """What every kind of training returns to ``_execute``: the fit (``TrainResult``: method, state, final metrics,
+    history, times), the (train, test) rows it was scored on (active learning's last round's), a staged run's stages
+    and an active-learning run's per-round entry."""
+    res: object
+    pairs: list
+    stages: list | None = None
+    active_learning: dict | None = None
+
+
+def _reuse_or_refuse(run_dir: Path, chash: str, resolved: dict, cfg, log) -> dict | None:
+    """A finished record of this configuration in ``run_dir`` (reused), else None; ``ConfigError`` where the
+    directory holds a record of another configuration (unless ``skip_done=false``)."""
+    existing = results.load_record(run_dir)
+    if existing is None or not cfg.get("skip_done", True):
+        return None
+    if results.is_done(run_dir, chash):
+        log(f"skip: {run_dir} already holds a finished record of this configuration")
+        return existing
+    differ = results.config_diff(existing.get("config", {}), resolved)
+    raise ConfigError(f"{run_dir} holds a record of another configuration (it differs in "
+                      f"{', '.join(differ) or 'its status'}); add label=<name> to keep both, "
+                      "or skip_done=false to replace it")
+
+
+def _train(spec, ds, splits, hparams, method, cfg, opts: FitOptions, resume, log) -> Trained:
+    """The training (or solve) of every replica: active-learning rounds, a solve, a staged fit or one fit."""
+    gen = torch.Generator(device=opts.device).manual_seed(int(cfg.seed))
+    pairs = [(s.train, s.test) for s in splits]
+    index = list(range(len(pairs)))
+    workers = cfg.get("workers")
+    if spec.active_learning:
+        res, pairs, entry = active.run_rounds(spec, ds, splits, hparams, gen, opts, workers=workers, log=log)
+        return Trained(res, pairs, active_learning=entry)
+    if method.solved:
+        return Trained(solve_replicas(spec, ds, pairs, index, hparams, opts), pairs)
+    if spec.stages:
+        res, stages = fit_stages(spec, ds, hparams, gen, resume.stages, opts, workers=workers)
+        return Trained(res, pairs, stages=stages)
+    return Trained(fit_replicas(spec, ds, pairs, index, hparams, gen,
+                                replace(opts, eval_samples_final=spec.eval_samples_final), workers=workers), pairs)
+
+
+def _per_split_metrics(spec, ds, splits, hparams, trained: Trained, run_dir: Path) -> tuple[list[dict], list[str]]:
+    """Each split's final metrics (and the ELBO, active learning's mean RMSE over rounds, logistic regression's
+    posterior metrics), and the keys the record summarises."""
+    res = trained.res
+    keys = [k for k in res.final if k != "train_objective"]
+    if res.method.objective_is_elbo and "train_objective" in res.final:
+        res.final["elbo"] = -res.final["train_objective"]
+        keys.append("elbo")
+    per_split = [{"split": s.name, **{k: float(res.final[k][i]) for k in keys}} for i, s in enumerate(splits)]
+    if trained.active_learning is not None:   # the test RMSE averaged over the rounds, beside the last round's
+        for row, curve in zip(per_split, trained.active_learning["rmse"]):
+            row["rmse_mean_over_rounds"] = float(np.mean(curve))
+        keys.append("rmse_mean_over_rounds")
+    if spec.posterior_metrics == "logreg":
+        mean, cov = logreg.gaussian_q(res.method, res.state)
+        if run_dir is not None:
+            results.save_posterior(run_dir, mean[0], cov[0])
+        rows = logreg.method_metrics(mean, cov, ds, splits, _logreg_priors(spec, ds, hparams), spec.exact_gtol or 1e-6)
+        per_split = [{**p, **r} for p, r in zip(per_split, rows)]
+        keys = [*keys, *rows[0]]
+    return per_split, keys
+
+
 def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
     t0 = time.perf_counter()
     commit = results.git_commit()  # first call in the process: the code this process runs
@@ -139,23 +206,16 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
             "experiment": cfg.get("experiment", {}).get("name") if cfg.get("experiment") else None,
             "seed": int(cfg.seed), "config_hash": chash, "device": str(device),
             "config": {**resolved, "hydra_overrides": list(overrides)}}
-    existing = results.load_record(run_dir)
-    if existing is not None and cfg.get("skip_done", True):
-        if results.is_done(run_dir, chash):
-            log(f"skip: {run_dir} already holds a finished record of this configuration")
-            return existing
-        differ = results.config_diff(existing.get("config", {}), resolved)
-        raise ConfigError(f"{run_dir} holds a record of another configuration (it differs in "
-                          f"{', '.join(differ) or 'its status'}); add label=<name> to keep both, "
-                          "or skip_done=false to replace it")
+    existing = _reuse_or_refuse(run_dir, chash, resolved, cfg, log)
+    if existing is not None:
+        return existing
 
     resume = results.ResumeFiles(run_dir, chash, len(spec.stages or []))
     resumed_from = resume.describe()
     if resumed_from:
         log(f"resuming from {resumed_from} (saved in {run_dir})")
     method = build_method(spec, ds)   # the method's own requirements (task, model) are checked here
-    solved = method.solved
-    if solved:
+    if method.solved:
         _check_solved(spec, cfg)
     if method.full_batch:
         _check_full_batch(spec, cfg, splits)
@@ -167,55 +227,28 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
             spec, ds, splits, int(cfg.seed), device=device, dtype=dtype, progress=cfg.get("progress", False), log=log,
             resume=resume.hpo, workers=cfg.get("workers"), compile=resolved["compile"])
     t_hpo = time.perf_counter() - t0 + hpo_replayed_s   # rounds replayed from a checkpoint count with their time
-    gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
-    pairs = [(s.train, s.test) for s in splits]
     opts = FitOptions(device=device, dtype=dtype, eval_every=spec.eval_every, stop_on_divergence=True,
                       progress=cfg.get("progress", False), desc=f"{cfg.method.name} {ds.name}",
                       checkpoint=resume.fit, checkpoint_every=int(cfg.get("checkpoint_every", 10)), announce_eta=True,
                       compile=resolved["compile"])
-    workers = cfg.get("workers")
-    al_entry = None
     try:
-        if spec.active_learning:
-            res, pairs, al_entry = active.run_rounds(spec, ds, splits, hparams, gen, opts, workers=workers, log=log)
-            stages = None
-        elif solved:
-            res, stages = solve_replicas(spec, ds, pairs, list(range(len(pairs))), hparams, opts), None
-        elif spec.stages:
-            res, stages = fit_stages(spec, ds, hparams, gen, resume.stages, opts, workers=workers)
-        else:
-            res, stages = fit_replicas(spec, ds, pairs, list(range(len(pairs))), hparams, gen,
-                                       replace(opts, eval_samples_final=spec.eval_samples_final), workers=workers), None
+        trained = _train(spec, ds, splits, hparams, method, cfg, opts, resume, log)
     except (DivergenceError, NotConvergedError) as e:
         results.write_failure(run_dir, str(e), {**base, "hparams": hparams,
                                                  "wall_time_s": time.perf_counter() - t0})
         resume.remove()
         raise
+    res, pairs = trained.res, trained.pairs
     diagnostics = None
-    if res.method.diagnostics is not None and not stages:
+    if res.method.diagnostics is not None and not trained.stages:
         diagnostics = res.method.diagnostics(res.state, replica_data(spec, ds, pairs, list(range(len(pairs))),
                                                                      device, data_dtype(res.method, dtype)))
         log(f"{cfg.method.name} diagnostics{' (FLAGGED)' if diagnostics.get('flagged') else ''}: "
             f"{diagnostics.get('summary', '')}")
-    keys = [k for k in res.final if k != "train_objective"]
     if spec.save_predictive and spec.task == "regression":
         results.save_predictive(run_dir, predictive(spec, ds, pairs, res, opts,
                                                     torch.Generator(device=device).manual_seed(int(cfg.seed) + 1)))
-    if res.method.objective_is_elbo and "train_objective" in res.final:
-        res.final["elbo"] = -res.final["train_objective"]
-        keys.append("elbo")
-    per_split = [{"split": s.name, **{k: float(res.final[k][i]) for k in keys}} for i, s in enumerate(splits)]
-    if al_entry is not None:   # the test RMSE averaged over the rounds, beside the last round's metrics
-        for row, curve in zip(per_split, al_entry["rmse"]):
-            row["rmse_mean_over_rounds"] = float(np.mean(curve))
-        keys.append("rmse_mean_over_rounds")
-    if spec.posterior_metrics == "logreg":
-        mean, cov = logreg.gaussian_q(res.method, res.state)
-        if run_dir is not None:
-            results.save_posterior(run_dir, mean[0], cov[0])
-        rows = logreg.method_metrics(mean, cov, ds, splits, _logreg_priors(spec, ds, hparams), spec.exact_gtol or 1e-6)
-        per_split = [{**p, **r} for p, r in zip(per_split, rows)]
-        keys = [*keys, *rows[0]]
+    per_split, keys = _per_split_metrics(spec, ds, splits, hparams, trained, run_dir)
     record = {**base, "metrics": per_split,
               "summary": {k: summarise([m[k] for m in per_split]) for k in keys},
               "stderr_convention": STDERR_CONVENTION, "loglik_convention_of_paper": spec.loglik,
@@ -223,10 +256,10 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
               "wall_time_s": time.perf_counter() - t0 + hpo_replayed_s + res.resumed_s, "hpo_time_s": t_hpo,
               "train_time_s": res.wall_time_s,
               "train_steps": res.steps, "versions": results.versions(), "git_commit": commit,
-              **({"stages": stages} if stages else {}),
+              **({"stages": trained.stages} if trained.stages else {}),
               **({"exact": res.solve_info} if res.solve_info is not None else {}),
               **({"diagnostics": diagnostics} if diagnostics is not None else {}),
-              **({"active_learning": al_entry} if al_entry is not None else {})}
+              **({"active_learning": trained.active_learning} if trained.active_learning is not None else {})}
     history = {"epochs": res.history.epochs, "metrics": res.history.metrics, "splits": [s.name for s in splits]}
     results.write_record(run_dir, record, history=history if res.history.epochs else None)
     resume.remove()
