@@ -128,39 +128,32 @@ def _stages(stages) -> list | None:
     return out
 
 
-def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None = None) -> RunSpec:
-    """The settings of one run: ``cfg`` composed, the protocol's layers applied in the order of the module docstring,
-    and what the command line ``given`` set kept over every protocol layer."""
-    given = given or CommandLine()
-    proto, data = cfg.protocol, cfg.data
-    key = data.key
-    if "datasets" in proto and proto.datasets is not None and key not in proto.datasets:
-        raise ConfigError(f"protocol {proto.name!r} does not define data set {data.name!r}; it defines: "
-                          + ", ".join(str(k) for k in proto.datasets)
-                          + " (another protocol: protocol=<name>; `bnnbench list protocols`)")
-    ds = _get(proto, "datasets", key, default=OmegaConf.create({}))
-    size = _get(proto, "sizes", ds.get("size", None), default=OmegaConf.create({})) if ds.get("size") else {}
+def _method_settings(cfg: DictConfig, proto, size, ds, given: CommandLine) -> dict:
+    """The method's settings: its config, then each protocol layer's ``method`` (settings the method has) and
+    ``methods.<name>`` (which must all be the method's), the command line's kept over both; typed."""
     mname = cfg.method.name
-
-    explicit_m = given.sets("method")
+    explicit = given.sets("method")
     method = OmegaConf.to_container(cfg.method, resolve=True)
     for node in (proto, size, ds):
         for layer, own in ((_get(node, "method"), False), (_get(node, "methods", mname), True)):
             for k, v in (OmegaConf.to_container(layer, resolve=True) if layer else {}).items():
-                # ``method:`` applies to the methods that have the setting; ``methods.m`` must fit m
                 if k not in method:
                     if own:
                         raise ConfigError(f"protocol {proto.name!r} sets {k!r} for method {mname}, which has no such "
                                           f"setting; valid: {', '.join(method)}")
-                elif k not in explicit_m and v is not None:
+                elif k not in explicit and v is not None:
                     method[k] = v
-    method = _typed_method(cfg.method, method, proto.name)
+    return _typed_method(cfg.method, method, proto.name)
 
-    explicit_p = given.sets("protocol")
+
+def _protocol_values(proto, size, ds, given: CommandLine, mname: str) -> tuple[dict, int | None]:
+    """``PROTOCOL_KEYS``' values (the protocol's, then its size's and data set's, the command line's kept) and the
+    step budget of this method (``steps``: per method or ``default``), checked."""
+    explicit = given.sets("protocol")
     vals = {}
     for k in PROTOCOL_KEYS:
         v = proto.get(k)
-        if k not in explicit_p:
+        if k not in explicit:
             for layer in (size, ds):
                 if layer and layer.get(k) is not None:
                     v = layer.get(k)
@@ -175,13 +168,24 @@ def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None
     for k in ("epochs", "batch_size", "eval_samples"):
         if vals[k] is None or int(vals[k]) <= 0:
             raise ConfigError(f"protocol.{k} must be a positive integer, got {vals[k]!r}")
+    return vals, int(steps) if steps is not None else None
 
+
+def _hidden(cfg: DictConfig, proto, ds, given: CommandLine, meta: dict | None) -> list[int]:
+    """The hidden widths: the command line's, else the data set's, the protocol's or the model's (``meta:<key>``:
+    the data set's own value, e.g. PBP's per-data-set width)."""
     hidden = cfg.model.get("hidden")
     if hidden is None or "hidden" not in given.sets("model"):
         hidden = next((h for h in (ds.get("hidden"), proto.get("hidden"), hidden) if h is not None), [50])
         if isinstance(hidden, str) and hidden.startswith("meta:"):
             hidden = [int(float(meta[hidden[5:]]))] if meta else [50]
+    return [int(h) for h in hidden]
 
+
+def _search_space(cfg: DictConfig, ds, meta: dict | None) -> tuple[dict, dict]:
+    """The data set's search space (``{name: {"log_range": [lo, hi]} | {"values": [...]}}``; ``meta:<key>``: the data
+    set's own grid) and the fixed values: the box's centre in log space or the grid's median, then the data set's
+    ``fixed``, then the command line's ``hparams.<name>``."""
     space = {}
     for name, rng in (ds.get("space") or {}).items():
         rng = OmegaConf.to_container(rng, resolve=True) if not isinstance(rng, (list, str)) else rng
@@ -196,29 +200,53 @@ def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None
         if "log_range" in s:
             fixed[name] = math.exp(sum(s["log_range"]) / 2)  # centre of the box in log space
         else:
-            vals_ = sorted(s["values"])
-            fixed[name] = vals_[len(vals_) // 2]
+            values = sorted(s["values"])
+            fixed[name] = values[len(values) // 2]
     for name, v in (ds.get("fixed") or {}).items():
         fixed[name] = float(v)
     for name, v in (cfg.get("hparams") or {}).items():  # explicit hparams.noise_prec=... from the CLI
         if v is not None:
             fixed[name] = float(v)
+    return space, fixed
 
+
+def _hpo_settings(cfg: DictConfig, proto, ds, given: CommandLine) -> dict:
+    """The search's settings: ``hpo=<kind>``'s, then the protocol's (``default_kind`` must be the one chosen) and
+    the data set's GP length scales, the command line's kept."""
     hpo = OmegaConf.to_container(cfg.hpo, resolve=True)
-    hpo_chosen = "hpo" in given.chosen
     proto_hpo = OmegaConf.to_container(proto.hpo, resolve=True) if proto.get("hpo") else {}
     for k, v in proto_hpo.items():
         if k == "default_kind":
-            if not hpo_chosen and v != hpo["kind"]:
+            if "hpo" not in given.chosen and v != hpo["kind"]:
                 raise ConfigError(f"protocol {proto.name!r} selects hyper-parameters with hpo={v}; "
                                   f"add hpo={v} (or hpo=fixed to use fixed values)")
         elif k not in given.sets("hpo"):
             hpo[k] = v
     if ds.get("length_scales") is not None and "length_scales" not in given.sets("hpo"):
         hpo["length_scales"] = list(ds.length_scales)
+    return hpo
+
+
+def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None = None) -> RunSpec:
+    """The settings of one run: ``cfg`` composed, the protocol's layers applied in the order of the module docstring,
+    and what the command line ``given`` set kept over every protocol layer."""
+    given = given or CommandLine()
+    proto, data = cfg.protocol, cfg.data
+    key = data.key
+    if "datasets" in proto and proto.datasets is not None and key not in proto.datasets:
+        raise ConfigError(f"protocol {proto.name!r} does not define data set {data.name!r}; it defines: "
+                          + ", ".join(str(k) for k in proto.datasets)
+                          + " (another protocol: protocol=<name>; `bnnbench list protocols`)")
+    ds = _get(proto, "datasets", key, default=OmegaConf.create({}))
+    size = _get(proto, "sizes", ds.get("size", None), default=OmegaConf.create({})) if ds.get("size") else {}
+    method = _method_settings(cfg, proto, size, ds, given)
+    vals, steps = _protocol_values(proto, size, ds, given, cfg.method.name)
+    hidden = _hidden(cfg, proto, ds, given, meta)
+    space, fixed = _search_space(cfg, ds, meta)
+    hpo = _hpo_settings(cfg, proto, ds, given)
 
     likelihood = {"regression": "gaussian", "binary": "bernoulli", "multiclass": "categorical"}[proto.task]
-    return RunSpec(method=OmegaConf.create(method), model_hidden=[int(h) for h in hidden],
+    return RunSpec(method=OmegaConf.create(method), model_hidden=hidden,
                    activation=cfg.model.get("activation", "relu"), task=proto.task, likelihood=likelihood,
                    epochs=int(vals["epochs"]), batch_size=int(vals["batch_size"]),
                    eval_samples=int(vals["eval_samples"]),
@@ -233,7 +261,7 @@ def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None
                    exact_gtol=float(proto.exact_gtol) if proto.get("exact_gtol") is not None else None,
                    restarts=int(proto.restarts) if proto.get("restarts") else None,
                    eval_samples_final=int(proto.eval_samples_final) if proto.get("eval_samples_final") else None,
-                   stages=_stages(proto.get("stages")), steps=int(steps) if steps is not None else None,
+                   stages=_stages(proto.get("stages")), steps=steps,
                    save_predictive=True if proto.get("save_predictive") else None,
                    active_learning=OmegaConf.to_container(proto.active_learning)
                    if proto.get("active_learning") else None,
