@@ -26,6 +26,54 @@ def _hp_dict(names, spaces, x) -> dict:
     return {n: (math.exp(v) if "log_range" in spaces[n] else float(v)) for n, v in zip(names, x)}
 
 
+class _FoldScores:
+    """Candidates scored on K-fold CV of each split's training rows (never its test rows): every candidate x fold x
+    split of a round one batched program (``fit_replicas``), scored by the mean over folds of ``hpo.metric`` (a
+    diverged or non-finite fit scores ``hpo.failed_score``); ``trace`` keeps every evaluated candidate per split."""
+
+    def __init__(self, spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress, workers, compile):
+        hpo = spec.hpo
+        self.spec, self.ds, self.names = spec, ds, list(spec.space)
+        K = int(hpo.get("folds", 5))
+        self.n_folds = int(hpo.get("use_folds") or K)
+        self.n_splits = len(splits)
+        self.metric = hpo.get("metric", "loglik_joint")
+        self.failed = float(hpo.get("failed_score", -5.0))
+        self.pairs = []
+        for s in splits:
+            for a, b in kfold_indices(len(s.train), K, int(hpo.get("cv_seed", 123)))[:self.n_folds]:
+                self.pairs.append((s.train[a], s.train[b]))
+        self.gen = torch.Generator(device=device).manual_seed(seed + 1)
+        self.trace = [[] for _ in splits]
+        self.fit_options = dict(device=device, dtype=dtype, stop_on_divergence=False,
+                                eval_samples=hpo.get("eval_samples"), progress=progress, compile=compile)
+        self.workers = workers
+
+    def hparams(self, point) -> dict:
+        return _hp_dict(self.names, self.spec.space, point)
+
+    def __call__(self, cands) -> tuple[np.ndarray, float]:
+        """``cands[i]``: the ``[C, d]`` candidate points of split i -> (mean score ``[n_splits, C]``, seconds)."""
+        C, n_s, n_f = len(cands[0]), self.n_splits, self.n_folds
+        data_index, hps = [], []
+        for i in range(n_s):
+            for f in range(n_f):
+                for c in range(C):
+                    data_index.append(i * n_f + f)
+                    hps.append({**self.spec.fixed, **self.hparams(cands[i][c])})
+        opts = FitOptions(desc=f"hpo {C} cand", **self.fit_options)
+        res = fit_replicas(self.spec, self.ds, self.pairs, data_index, hps, self.gen, opts, workers=self.workers)
+        score = res.final[self.metric].reshape(n_s, n_f, C)
+        score = torch.where(torch.isfinite(score), score, torch.full_like(score, self.failed))
+        score = torch.where(res.diverged.cpu().reshape(n_s, n_f, C), torch.full_like(score, self.failed), score)
+        return score.mean(1).numpy(), res.wall_time_s
+
+    def record(self, cands, mean) -> None:
+        for i in range(self.n_splits):
+            for c in range(len(cands[i])):
+                self.trace[i].append({**self.hparams(cands[i][c]), "score": float(mean[i, c])})
+
+
 def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress=False, log=None,
                    resume: Path | None = None, workers: int | None = None, compile: bool = False):
     """Per-split hyper-parameters chosen on K-fold CV of the training rows (never the test rows).
@@ -37,55 +85,35 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
     rounds' steps through ``torch.compile`` (``FitOptions.compile``).
     """
     log = log or _log
-    hpo = spec.hpo
-    names = list(spec.space)
-    if hpo["kind"] == "fixed" or not names:
+    kind = spec.hpo["kind"]
+    if kind == "fixed" or not spec.space:
         return [dict(spec.fixed) for _ in splits], [], 0.0
-    K = int(hpo.get("folds", 5))
-    use = int(hpo.get("use_folds") or K)
-    metric = hpo.get("metric", "loglik_joint")
-    failed = float(hpo.get("failed_score", -5.0))
-    pairs = []
-    for s in splits:
-        for a, b in kfold_indices(len(s.train), K, int(hpo.get("cv_seed", 123)))[:use]:
-            pairs.append((s.train[a], s.train[b]))
-    n_s, n_f = len(splits), use
-    gen = torch.Generator(device=device).manual_seed(seed + 1)
-    trace = [[] for _ in splits]
+    scores = _FoldScores(spec, ds, splits, seed, device=device, dtype=dtype, progress=progress, workers=workers,
+                         compile=compile)
+    if kind == "grid":
+        return _grid_search(spec, scores, log)
+    if kind != "bo":
+        raise ConfigError(f"unknown hpo.kind {kind!r}; valid: fixed, grid, bo")
+    return _bayes_opt(spec, scores, seed, resume, log)
 
-    def evaluate(cands):  # cands[i] : [C, d] candidate points of split i; returns (mean score [n_s, C], s)
-        C = len(cands[0])
-        data_index, hps = [], []
-        for i in range(n_s):
-            for f in range(n_f):
-                for c in range(C):
-                    data_index.append(i * n_f + f)
-                    hps.append({**spec.fixed, **_hp_dict(names, spec.space, cands[i][c])})
-        opts = FitOptions(device=device, dtype=dtype, stop_on_divergence=False, eval_samples=hpo.get("eval_samples"),
-                          progress=progress, desc=f"hpo {C} cand", compile=compile)
-        res = fit_replicas(spec, ds, pairs, data_index, hps, gen, opts, workers=workers)
-        score = res.final[metric].reshape(n_s, n_f, C)
-        score = torch.where(torch.isfinite(score), score, torch.full_like(score, failed))
-        score = torch.where(res.diverged.cpu().reshape(n_s, n_f, C), torch.full_like(score, failed), score)
-        return score.mean(1).numpy(), res.wall_time_s
 
-    def record(cands, mean):
-        for i in range(n_s):
-            for c in range(len(cands[i])):
-                trace[i].append({**_hp_dict(names, spec.space, cands[i][c]), "score": float(mean[i, c])})
+def _grid_search(spec: RunSpec, scores: _FoldScores, log):
+    """Every point of the grid (``hpo.grid_points`` per log-range axis, or the axis' values) for every split."""
+    names, n_s = scores.names, scores.n_splits
+    axes = [np.linspace(*spec.space[n]["log_range"], int(spec.hpo.get("grid_points", 5)))
+            if "log_range" in spec.space[n] else spec.space[n]["values"] for n in names]
+    grid = grid_points(axes)
+    mean, wall = scores([grid] * n_s)
+    scores.record([grid] * n_s, mean)
+    log(f"grid search: {len(grid)} candidates x {scores.n_folds} folds x {n_s} splits in {wall:.1f}s")
+    best = mean.argmax(1)
+    return ([scores.hparams(grid[best[i]]) | _keep_fixed(spec, names) for i in range(n_s)], scores.trace, 0.0)
 
-    if hpo["kind"] == "grid":
-        axes = [np.linspace(*spec.space[n]["log_range"], int(hpo.get("grid_points", 5)))
-                if "log_range" in spec.space[n] else spec.space[n]["values"] for n in names]
-        grid = grid_points(axes)
-        mean, wall = evaluate([grid] * n_s)
-        record([grid] * n_s, mean)
-        log(f"grid search: {len(grid)} candidates x {n_f} folds x {n_s} splits in {wall:.1f}s")
-        best = mean.argmax(1)
-        return [_hp_dict(names, spec.space, grid[best[i]]) | _keep_fixed(spec, names) for i in range(n_s)], trace, 0.0
 
-    if hpo["kind"] != "bo":
-        raise ConfigError(f"unknown hpo.kind {hpo['kind']!r}; valid: fixed, grid, bo")
+def _bayes_opt(spec: RunSpec, scores: _FoldScores, seed: int, resume: Path | None, log):
+    """GP Bayesian optimisation per split (``GPBayesOpt``): ``hpo.n_random`` random points, then ``hpo.n_iter``
+    proposals ``hpo.batch`` at a time, each round saved to ``resume`` and replayed from it after an interruption."""
+    hpo, names, n_s = spec.hpo, scores.names, scores.n_splits
     if any("log_range" not in spec.space[n] for n in names):
         raise ConfigError("hpo=bo needs a log_range for every searched hyper-parameter")
     bounds = np.array([spec.space[n]["log_range"] for n in names])
@@ -107,21 +135,21 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
                 raise ConfigError(f"{resume} does not belong to this configuration; delete it to start afresh")
             mean, wall = rounds[k]["mean"], 0.0
             replayed_s += rounds[k].get("wall", 0.0)
-            gen.set_state(rounds[k]["generator"])
+            scores.gen.set_state(rounds[k]["generator"])
         else:
-            mean, wall = evaluate(cands)
-            rounds.append({"cands": cands, "mean": mean, "generator": gen.get_state(), "wall": wall})
+            mean, wall = scores(cands)
+            rounds.append({"cands": cands, "mean": mean, "generator": scores.gen.get_state(), "wall": wall})
             if resume is not None:
                 results.save_checkpoint(resume, rounds)
-        record(cands, mean)
+        scores.record(cands, mean)
         for i, o in enumerate(opts):
             o.tell(cands[i], mean[i])
         done += n
         k += 1
-        log(f"BO round: {done}/{total} evaluations per split ({n} candidates x {n_f} folds x {n_s} splits, "
+        log(f"BO round: {done}/{total} evaluations per split ({n} candidates x {scores.n_folds} folds x {n_s} splits, "
             f"{wall:.1f}s{', replayed' if wall == 0.0 else ''}); "
             f"best mean score {np.mean([o.best[1] for o in opts]):.3f}")
-    return [_hp_dict(names, spec.space, o.best[0]) | _keep_fixed(spec, names) for o in opts], trace, replayed_s
+    return [scores.hparams(o.best[0]) | _keep_fixed(spec, names) for o in opts], scores.trace, replayed_s
 
 
 def _keep_fixed(spec, names):
