@@ -92,6 +92,32 @@ def kl_clip_coeff(cfg, t: torch.Tensor, lr: float, step: torch.Tensor, V: torch.
     return torch.sqrt(c / sq.clamp_min(torch.finfo(step.dtype).tiny)).clamp(max=1.0)
 
 
+def _summed_gradient(a, d_y, g_W, S: int):
+    """sum_s grad_W mean_b log p(y | x, W_s) of one layer, ``[R, d_in + 1, d_out]``, and the layer's homogeneous
+    input rows ``(a1, R, B, shared)`` where they were formed (None for a convolution: autograd's ``g_W`` summed
+    over the samples). On an MLP, one GEMM over samples and examples (sum_{s,b} a_sb dz_sb^T) rather than a
+    gradient materialised per sample."""
+    if g_W is not None:
+        return g_W.sum(1), None
+    a1, R, B, shared = _homogeneous_rows(a)
+    d_y = d_y.sum(1) if shared else d_y.reshape(R, S * B, -1)
+    # one output: a multiply and a sum, 4x faster on a CPU than a GEMV per replica
+    grad = (a1 * d_y).sum(1).unsqueeze(-1) if d_y.shape[-1] == 1 else a1.transpose(1, 2) @ d_y
+    return grad, (a1, R, B, shared)
+
+
+def _factor_averages(A, S_factor, homog, d_s, S: int, n_ex: int, beta: float):
+    """The moving averages (1 - beta) X + beta E[x x^T] of a layer's Kronecker factors, one fused GEMM each:
+    A = E_{b,t}[a a^T] over examples and positions, S = E_b[sum_t ds_t ds_t^T] (KFC's Omega / |T| and |T| Gamma:
+    F ~ A (x) S for a convolution too; a convolution's B rows are its examples x positions, Grosse & Martens 2016).
+    Returns ``(A, S, (a1, shared, d))``."""
+    a1, R, B, shared = homog
+    d = d_s.reshape(R, S * B, -1)
+    A = torch.baddbmm(A, a1.transpose(1, 2), a1, beta=1 - beta, alpha=beta / (B if shared else S * B))
+    S_factor = torch.baddbmm(S_factor, d.transpose(1, 2), d, beta=1 - beta, alpha=beta / (S * n_ex))
+    return A, S_factor, (a1, shared, d)
+
+
 def _homogeneous_rows(a: torch.Tensor):
     """A layer's inputs ``a [R, S, B, d_in]`` with the homogeneous 1 appended, one row per (sample, row): ``(a1 [R, S B,
     d_in + 1], R, B, shared)``; where the samples share the inputs (the first layer: stride 0 over S), one sample's
@@ -417,32 +443,17 @@ class NoisyKFAC(_NoisyBase):
         Vs, rows = [], []
         n_ex = batch.x.shape[1]
         for l, (a, d_y, d_s, W, g_W) in enumerate(zip(acts, dz, ds or [None] * len(acts), hom, grads)):
-            S_, a1 = W.shape[1], None
-            if g_W is not None:   # a convolutional network's: autograd's, summed over the samples
-                grad = g_W.sum(1)
-            else:
-                a1, R, B, shared = _homogeneous_rows(a)
-                # V = mean_s [grad_W mean_b log p(y|x, W_s)] - gamma_in mean_s W_s, the gradient summed over s and b
-                # as one GEMM (sum_{s,b} a_sb dz_sb^T) rather than materialised per sample
-                d_y = d_y.sum(1) if shared else d_y.reshape(R, S_ * B, -1)
-                # one output: a multiply and a sum, 4x faster on a CPU than a GEMV per replica
-                grad = (a1 * d_y).sum(1).unsqueeze(-1) if d_y.shape[-1] == 1 else a1.transpose(1, 2) @ d_y
+            S_ = W.shape[1]
+            grad, homog = _summed_gradient(a, d_y, g_W, S_)
             V = grad / S_ - g_in * W.mean(1)
             if ema:
                 new[f"mom{l}"] = b1 * state[f"mom{l}"] + (1 - b1) * V
                 V = new[f"mom{l}"] / bias_corr
             Vs.append(V)
             if k % T_stats == 0:
-                # (1 - b) X + b E[x x^T], one fused GEMM each: A = E_{b,t}[a a^T] over examples and positions,
-                # S = E_b[sum_t ds_t ds_t^T] (KFC's Omega / |T| and |T| Gamma: F ~ A (x) S for a convolution too)
-                if a1 is None:   # B rows: a convolution's examples x positions (Grosse & Martens 2016)
-                    a1, R, B, shared = _homogeneous_rows(a)
-                d = d_s.reshape(R, S_ * B, -1)
-                new[f"A{l}"] = torch.baddbmm(state[f"A{l}"], a1.transpose(1, 2), a1, beta=1 - beta,
-                                             alpha=beta / (B if shared else S_ * B))
-                new[f"S{l}"] = torch.baddbmm(state[f"S{l}"], d.transpose(1, 2), d, beta=1 - beta,
-                                             alpha=beta / (S_ * n_ex))
-                rows.append((a1, shared, d))
+                new[f"A{l}"], new[f"S{l}"], row = _factor_averages(state[f"A{l}"], state[f"S{l}"], homog or
+                                                                   _homogeneous_rows(a), d_s, S_, n_ex, beta)
+                rows.append(row)
         if rows:
             new.update(self._update_extra_factors(state, rows, beta, S_, n_ex))
         step = self._flat(self._precondition_all(state, Vs))
