@@ -56,7 +56,7 @@ def build_method(spec: RunSpec, ds):
 
 def image_shape(ds) -> list[int]:
     """(C, H, W) of an image data set's inputs (MNIST's (28, 28) as one channel); empty for tabular data."""
-    shape = list(ds.X.shape[1:]) if ds.X.ndim == 4 else list(ds.meta.get("image_shape", []))
+    shape = list(ds.X.shape[1:]) if ds.X.ndim == 4 else list((getattr(ds, "meta", None) or {}).get("image_shape", []))
     return [1, *shape] if len(shape) == 2 else [int(s) for s in shape]
 
 
