@@ -15,25 +15,14 @@ from __future__ import annotations
 
 import torch
 
-from bnnbench.core.models.mlp import MLP, affine
+from bnnbench.core.models.mlp import MLP
 
 
 def forward_cache(model: MLP, layers, x: torch.Tensor):
     """Outputs ``[R, S, B, d_out]`` plus per layer the input ``a`` and the pre-activation ``z``
-    (``z`` is part of the graph, so ``autograd.grad(loss, zs)`` gives the back-propagated ``g``). A convolutional
-    network (``models/convnet.py``) gives its patches and pre-activations with the positions as rows."""
-    if hasattr(model, "forward_cache"):
-        return model.forward_cache(layers, x)
-    h = x.unsqueeze(1)
-    acts, zs = [], []
-    n = len(layers)
-    for i, (W, b) in enumerate(layers):
-        a = h.expand(*W.shape[:2], *h.shape[2:])
-        z = affine(a, W, b, first=i == 0)
-        acts.append(a)
-        zs.append(z)
-        h = model._act(z) if i < n - 1 else z
-    return h, acts, zs
+    (``z`` is part of the graph, so ``autograd.grad(loss, zs)`` gives the back-propagated ``g``): the network's own
+    (``MLP.forward_cache``; a convolutional network's patches and pre-activations have the positions as rows)."""
+    return model.forward_cache(layers, x)
 
 
 def backprop(model: MLP, layers, acts, zs, g_out: torch.Tensor) -> list[torch.Tensor]:
@@ -43,19 +32,7 @@ def backprop(model: MLP, layers, acts, zs, g_out: torch.Tensor) -> list[torch.Te
     ``g_out [R, S, K B, d_out]`` may hold K cotangents of the same B examples one after another (observed and sampled
     targets, say): one pass serves them all. ``acts``, ``zs`` as ``forward_cache`` returns them. A convolutional
     network back-propagates by autograd (``ConvNet.backprop``: its rows are examples x positions)."""
-    if hasattr(model, "backprop"):
-        return model.backprop(layers, acts, zs, g_out)
-    g, gs = g_out, [g_out]
-    for l in range(len(layers) - 1, 0, -1):
-        z = zs[l - 1]
-        W = layers[l][0]
-        # one output unit: g W^T is an outer product, exactly the broadcast product (2x faster than a batched GEMM)
-        g = g * W.transpose(-1, -2) if W.shape[-1] == 1 else torch.matmul(g, W.transpose(-1, -2))
-        B = z.shape[-2]
-        d = model.act_grad(z, acts[l]).unsqueeze(-3)
-        g = (g.unflatten(-2, (g.shape[-2] // B, B)) * d).flatten(-3, -2)
-        gs.insert(0, g)
-    return gs
+    return model.backprop(layers, acts, zs, g_out)
 
 
 def collapse_samples(model: MLP, acts, gs, how: str = "rss"):
@@ -74,14 +51,7 @@ def collapse_samples(model: MLP, acts, gs, how: str = "rss"):
 def sum_sq_grads(model: MLP, acts, gs) -> torch.Tensor:
     """``sum_i (d loss_i / d theta)^2`` as a flat ``[R, S, P]`` tensor from ``a`` and ``g`` per layer (a convolutional
     network's: ``ConvNet.sum_sq_grads``, positions summed per example before squaring)."""
-    if hasattr(model, "sum_sq_grads"):
-        return model.sum_sq_grads(acts, gs)
-    parts = []
-    for a, g in zip(acts, gs):
-        g2 = g * g
-        parts.append(torch.matmul((a * a).transpose(-1, -2), g2).flatten(-2))
-        parts.append(g2.sum(-2))
-    return torch.cat(parts, dim=-1)
+    return model.sum_sq_grads(acts, gs)
 
 
 def sum_grads(model: MLP, acts, gs) -> torch.Tensor:

@@ -36,6 +36,8 @@ VGG16_HALF = [32, 32, "M", 64, 64, "M", 128, 128, 128, "M", 256, 256, 256, "M", 
 class ConvNet(MLP):
     """``arch``: conv widths and "M" (2x2 max-pool); ``fc``: hidden widths of the fully connected part."""
 
+    convolutional = True
+
     def __init__(self, image_shape, arch, n_out: int, fc=(), batch_norm: bool = False, kernel: int = 3,
                  activation: str = "relu", eval_rows: int = 500):
         if activation != "relu":
@@ -43,7 +45,7 @@ class ConvNet(MLP):
         if len(image_shape) != 3:
             raise ValueError(f"a convolutional network needs images (C, H, W), got input shape {list(image_shape)}")
         c, h, w = (int(s) for s in image_shape)
-        self.image_shape = (c, h, w)
+        self.image_shape = self.input_shape = (c, h, w)
         self.kernel, self.batch_norm, self.eval_rows = int(kernel), bool(batch_norm), int(eval_rows)
         self.activation, self._act = "relu", torch.relu
         self.ops, self.slices, self.positions, sizes = [], [], [], [c * h * w]

@@ -186,7 +186,7 @@ class _NoisyBase(Method):
     def needs_autograd(self) -> bool:
         """An MLP's cotangents and backward pass are closed-form; a convolutional network back-propagates by autograd
         through its pools and batch normalisation (``ConvNet.backprop``)."""
-        return hasattr(self.model, "backprop")
+        return self.model.convolutional
 
     def _common_init(self, problem: Problem, generator: torch.Generator):
         R = problem.n_replicas
@@ -423,7 +423,7 @@ class NoisyKFAC(_NoisyBase):
         k = int(t[0]) if T_stats > 1 or T_inv > 1 else 1
         hom = self._sample_hom(state, eps)
         # the sampled targets' back-propagated gradients feed the factors only (every T_stats steps)
-        if hasattr(self.model, "backprop"):
+        if self.model.convolutional:
             f, ll, acts, grads, ds = self._conv_grads(state, hom, batch, y_noise, factors=k % T_stats == 0)
             dz = [None] * len(hom)
         else:
