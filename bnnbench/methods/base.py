@@ -16,15 +16,14 @@ rows at once (exact VI: L-BFGS on the exact ELBO), so a replica's solution is it
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from bnnbench.core.likelihoods import Bernoulli, Categorical, Gaussian
 from bnnbench.methods import gamma_noise
-from bnnbench.methods.settings import MethodConfig, Settings
+from bnnbench.methods.settings import MethodConfig
 
 State = dict  # str -> Tensor with leading replica axis
 
@@ -111,16 +110,14 @@ class Method:
     diagnostics = None
 
     def __init__(self, cfg, model, likelihood: str):
-        if isinstance(cfg, DictConfig):
-            cfg = OmegaConf.to_container(cfg, resolve=True)
-        self.cfg = Settings({**asdict(self.Config()), **cfg})
+        self.cfg = self.Config.of(cfg)
         self.model = model
         self.likelihood = likelihood
 
     @classmethod
-    def check_settings(cls, cfg) -> None:
-        """Raise ``ValueError`` naming the valid values when a setting of ``cfg`` cannot work (called before any work,
-        beside the typed config's type checks)."""
+    def check_settings(cls, cfg: MethodConfig) -> None:
+        """Raise ``ValueError`` naming the valid values when a setting of the typed ``cfg`` (``Config.of``) cannot work
+        (called before any work, beside the typed config's type checks)."""
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         raise NotImplementedError

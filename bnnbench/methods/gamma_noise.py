@@ -28,7 +28,7 @@ LOG_2PI = math.log(2 * math.pi)
 NOISE_KEYS = ("noise_prior_shape", "noise_prior_rate", "noise_lr")
 
 
-@dataclass
+@dataclass(frozen=True)
 class NoiseConfig(MethodConfig):
     """The settings of a learned noise precision, shared by the methods that offer one."""
     learn_noise: bool = False           # a Gaussian likelihood's q(tau) = Gamma(a, b) learned with the weights
@@ -39,8 +39,8 @@ class NoiseConfig(MethodConfig):
 
 
 def learns_noise(cfg, likelihood: str) -> bool:
-    on = likelihood == "gaussian" and bool(cfg.learn_noise)
-    if on and (missing := [k for k in NOISE_KEYS if cfg[k] is None]):
+    on = likelihood == "gaussian" and cfg.learn_noise
+    if on and (missing := [k for k in NOISE_KEYS if getattr(cfg, k) is None]):
         keys = ", ".join("method." + k for k in missing)
         raise ConfigError(f"learn_noise needs the Gamma prior and its step size: set {keys} "
                           "(protocol=nng_uci sets them)")
@@ -49,8 +49,8 @@ def learns_noise(cfg, likelihood: str) -> bool:
 
 def init_state(cfg, R: int, device, dtype) -> dict:
     """q(tau) = the prior at the start; Adam moments at zero."""
-    z = torch.full((R, 2), math.log(float(cfg.noise_prior_shape)), device=device, dtype=dtype)
-    z[:, 1] = math.log(float(cfg.noise_prior_rate))
+    z = torch.full((R, 2), math.log(cfg.noise_prior_shape), device=device, dtype=dtype)
+    z[:, 1] = math.log(cfg.noise_prior_rate)
     return {"log_ab": z, "m_ab": torch.zeros_like(z), "v_ab": torch.zeros_like(z),
             "noise_prec": torch.exp(z[:, 0] - z[:, 1])}
 
@@ -75,11 +75,11 @@ def step(cfg, state, f, y, lr_scale: float) -> dict:
     ab = state["log_ab"].exp()
     a, b = ab[:, 0], ab[:, 1]
     r2 = (y.unsqueeze(1) - f.detach()[..., 0]).square().mean(dim=(1, 2))
-    gz = objective_grad(a, b, r2, float(cfg.noise_prior_shape), float(cfg.noise_prior_rate),
+    gz = objective_grad(a, b, r2, cfg.noise_prior_shape, cfg.noise_prior_rate,
                         state["n_data"].to(a.dtype))
     t = state["t"] + 1
     scale = lr_scale if cfg.noise_lr_drop else 1.0
-    z_new, m, v = adam(state["log_ab"], gz, state["m_ab"], state["v_ab"], t, float(cfg.noise_lr) * scale)
+    z_new, m, v = adam(state["log_ab"], gz, state["m_ab"], state["v_ab"], t, cfg.noise_lr * scale)
     return {"log_ab": z_new, "m_ab": m, "v_ab": v, "noise_prec": torch.exp(z_new[:, 0] - z_new[:, 1])}
 
 

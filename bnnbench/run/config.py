@@ -44,7 +44,9 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("slug", slug)
     store = ConfigStore.instance()
     for name, cls in METHODS.items():
-        store.store(group="method", name=name, node=cls.Config)
+        node = OmegaConf.structured(cls.Config)
+        OmegaConf.set_readonly(node, False)   # frozen in the method; the command line still sets its values
+        store.store(group="method", name=name, node=node)
     # a method no longer registered leaves the store too: the store travels, pickled, into a launcher's jobs, where a
     # class of a module they cannot import (a test's, a notebook's) would stop them before they start
     stored = store.repo.get("method", {})

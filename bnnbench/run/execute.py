@@ -64,7 +64,8 @@ def validate(cfg: DictConfig) -> None:
         need(len(m.betas) == 2 and all(0 <= b < 1 for b in m.betas),
              f"method.betas must be two numbers in [0, 1), got {list(m.betas)}")
     try:
-        method_class(m.name).check_settings(m)
+        cls = method_class(m.name)
+        cls.check_settings(cls.Config.of(m))
     except ValueError as e:
         raise ConfigError(f"method {m.name}: {e}") from None
     if cfg.get("model") is not None and cfg.model.get("name") == "convnet" and not method_class(m.name).conv:

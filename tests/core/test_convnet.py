@@ -219,10 +219,9 @@ def test_conv_methods_are_replica_invariant(name):
     """A replica stepped among others equals it stepped alone, from the same state and draws."""
     g = torch.Generator().manual_seed(5)
     model = tiny(batch_norm=True)
-    method = method_class(name)({"train_samples": 2} if name in ("noisy_kfac", "noisy_adam", "bbb") else {},
-                                model, "categorical")
-    if "learn_noise" in method.cfg:
-        method.cfg["learn_noise"] = False
+    cls = method_class(name)
+    cfg = {"train_samples": 2} if name in ("noisy_kfac", "noisy_adam", "bbb") else {}
+    method = cls({**cfg, "learn_noise": False} if hasattr(cls.Config, "learn_noise") else cfg, model, "categorical")
     R, B = 3, 5
     state = method.init(_problem(model, R, 30), g)
     batch = Batch(x=torch.randn(R, B, 72, generator=g), y=torch.randint(0, 3, (R, B), generator=g),

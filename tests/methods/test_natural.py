@@ -112,7 +112,8 @@ def test_vadam_vprop_step_matches_the_equations(name):
     g = torch.Generator().manual_seed(3)
     model = MLP([2, 3, 1])
     P, N, lam, tau = model.n_params, 30, 2.0, 1.5
-    cfg = dict(lr=0.05, betas=[0.9, 0.99], beta=0.95, train_samples=3, prec_init=None, init_mean="uniform_fan_in")
+    cfg = dict(lr=0.05, train_samples=3, prec_init=None, init_mean="uniform_fan_in",
+               **({"betas": [0.9, 0.99]} if name == "vadam" else {"beta": 0.95}))
     method = METHODS[name](OmegaConf.create(cfg), model, "gaussian")
     prob = Problem("gaussian", torch.tensor([N]), torch.full((1, P), lam, dtype=DT),
                    noise_prec=torch.tensor([tau], dtype=DT), y_scale=torch.ones(1, dtype=DT))

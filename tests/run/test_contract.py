@@ -20,7 +20,7 @@ def test_every_built_in_method_keeps_the_contract(name):
     assert [(c, why) for c, why in check_method(name) if why is not None] == []
 
 
-@dataclass
+@dataclass(frozen=True)
 class MyMAPConfig(MAPConfig):
     name: str = "my_map"
 
@@ -33,7 +33,8 @@ class MyMAP(MAP):
 
 def _broken_map(name: str, after_step):
     """MAP under ``name`` whose step then applies ``after_step(state_given, new_state) -> new_state``."""
-    config = dataclass(type(f"{name}Config", (MAPConfig,), {"__annotations__": {"name": str}, "name": name}))
+    fields = {"__annotations__": {"name": str}, "name": name}
+    config = dataclass(frozen=True)(type(f"{name}Config", (MAPConfig,), fields))
 
     def step(self, state, batch, noise, lr_scale=1.0):
         new, stats = MAP.step(self, state, batch, noise, lr_scale)
@@ -123,7 +124,7 @@ def test_a_bad_entry_point_is_refused_with_its_reason(monkeypatch, targets, matc
 
 
 def test_an_entry_point_may_not_replace_a_built_in_method(monkeypatch):
-    @dataclass
+    @dataclass(frozen=True)
     class C(MAPConfig):
         name: str = "bbb"
 

@@ -43,7 +43,7 @@ LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 MIN_VAR = 1e-100  # PBP_net's guard: a weight update leaving v below it (or a NaN) is undone
 
 
-@dataclass
+@dataclass(frozen=True)
 class PBPConfig(MethodConfig):
     name: str = "pbp"
     prior_shape: float = 6.0        # Gamma(a, b) prior on the weights' precision lambda (PBP_net prior.py)
@@ -122,7 +122,7 @@ class PBP(Method):
         R, P = lam.shape
         eps = torch.randn(R, P, generator=generator, device=lam.device, dtype=lam.dtype)
         mean = eps * self.model.fan_in(lam.device, lam.dtype).add(1).rsqrt()
-        a_w, b_w = float(cfg.prior_shape), float(cfg.prior_rate)
+        a_w, b_w = cfg.prior_shape, cfg.prior_rate
         site_prec = torch.full_like(mean, (a_w - 1) / b_w)
 
         def per_replica(value):

@@ -69,12 +69,12 @@ class ExactGaussian(Method):
         return self._predictive(state, self.model.forward(theta, x))
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExactFullConfig(MethodConfig):
     name: str = "exact_full"
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExactMFConfig(MethodConfig):
     name: str = "exact_mf"
 

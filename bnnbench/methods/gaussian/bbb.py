@@ -27,7 +27,7 @@ from bnnbench.methods.gaussian.mean_field import MeanField
 from bnnbench.core.models.mlp import softplus_inv
 
 
-@dataclass
+@dataclass(frozen=True)
 class BBBConfig(gamma_noise.NoiseConfig):
     name: str = "bbb"
     lr: float = 1e-3
@@ -51,12 +51,12 @@ class BBB(MeanField):
         R = problem.n_replicas
         mean = self.init_params(problem, generator)
         if cfg.init_std is not None:
-            std = float(cfg.init_std)
+            std = cfg.init_std
             rho = torch.full_like(mean, softplus_inv(std))
         elif cfg.init_rho is not None:
-            rho = torch.full_like(mean, float(cfg.init_rho))
+            rho = torch.full_like(mean, cfg.init_rho)
         else:  # sigma = 1/sqrt(prec_init), as the Vadam code's BBVI
-            rho = torch.full_like(mean, softplus_inv(float(cfg.init_prec) ** -0.5))
+            rho = torch.full_like(mean, softplus_inv(cfg.init_prec ** -0.5))
         z = torch.zeros_like(mean)
         state = {**hyper_state(problem), "mean": mean, "rho": rho, "m_mean": z, "v_mean": z.clone(),
                  "m_rho": z.clone(), "v_rho": z.clone(), "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
@@ -71,7 +71,7 @@ class BBB(MeanField):
         """The weights' eps, or with the local reparameterisation trick each layer's pre-activation draws."""
         if not self.cfg.local_reparam:
             return super().noise(state, batch, generator)
-        R, S, B = state["mean"].shape[0], int(self.cfg.train_samples), batch.x.shape[1]
+        R, S, B = state["mean"].shape[0], self.cfg.train_samples, batch.x.shape[1]
         return [torch.randn(R, S, B, d_out, generator=generator, device=batch.x.device,
                             dtype=batch.x.dtype) for _, _, _, d_out in self.model.slices]
 
@@ -94,7 +94,7 @@ class BBB(MeanField):
             obj, nll, kl, f = self.objective(state, mean, rho, batch, noise)
             g_mean, g_rho = torch.autograd.grad(obj.sum(), [mean, rho])
         t = state["t"] + 1
-        lr, betas, eps = float(self.cfg.lr) * lr_scale, tuple(self.cfg.betas), float(self.cfg.eps)
+        lr, betas, eps = self.cfg.lr * lr_scale, tuple(self.cfg.betas), self.cfg.eps
         new_mean, m_mean, v_mean = adam(state["mean"], g_mean, state["m_mean"], state["v_mean"], t, lr, betas, eps)
         new_rho, m_rho, v_rho = adam(state["rho"], g_rho, state["m_rho"], state["v_rho"], t, lr, betas, eps)
         new = {**state, "mean": new_mean, "rho": new_rho, "m_mean": m_mean, "v_mean": v_mean,

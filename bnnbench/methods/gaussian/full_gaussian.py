@@ -37,7 +37,7 @@ from bnnbench.methods.gaussian.natural import as_leaves, per_example_stats
 from bnnbench.methods.gaussian.slang import decayed
 
 
-@dataclass
+@dataclass(frozen=True)
 class FullGaussianConfig(MethodConfig):
     name: str = "full_gaussian"
     curvature: str = "ef"               # ef (empirical Fisher) | ggn (Gauss-Newton) | hessian (exact, torch.func)
@@ -64,7 +64,7 @@ class FullGaussian(Method):
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         mean = self.init_params(problem, generator)
-        prec = torch.full_like(mean, float(self.cfg.prec_init))
+        prec = torch.full_like(mean, self.cfg.prec_init)
         state = {**hyper_state(problem), "mean": mean, "m": torch.zeros_like(mean),
                  "t": torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device)}
         if self.diagonal:
@@ -72,7 +72,7 @@ class FullGaussian(Method):
         return {**state, "prec": torch.diag_embed(prec), "prec_chol": torch.diag_embed(prec.sqrt())}
 
     def noise(self, state, batch, generator):
-        return standard_normal(state["mean"], int(self.cfg.train_samples), generator)
+        return standard_normal(state["mean"], self.cfg.train_samples, generator)
 
     def sample(self, state, eps):
         """theta = mu + L^-T eps with prec = L L^T, so Cov theta = prec^-1."""
@@ -134,8 +134,8 @@ class FullGaussian(Method):
     def step(self, state, batch, noise, lr_scale=1.0):
         mean, prec, lam = state["mean"], state["prec"], state["prior_prec"]
         t = state["t"] + 1
-        alpha = lr_scale * decayed(float(self.cfg.lr), float(self.cfg.decay_lr), t).to(mean.dtype)
-        beta = decayed(float(self.cfg.beta), float(self.cfg.decay_beta), t).to(mean.dtype)
+        alpha = lr_scale * decayed(self.cfg.lr, self.cfg.decay_lr, t).to(mean.dtype)
+        beta = decayed(self.cfg.beta, self.cfg.decay_beta, t).to(mean.dtype)
         theta = self.sample(state, noise)
         if self.diagonal and not self.model.is_linear and self.cfg.curvature in ("ef", "ggn"):
             g_s, c_s, nll = per_example_stats(self, state, as_leaves(self.model.layers(theta)), batch,
@@ -146,7 +146,7 @@ class FullGaussian(Method):
         scale = state["n_data"].to(mean.dtype) / noise.shape[1] / batch.x.shape[1]          # N / (MS)
         rhs = scale[:, None] * g_sum + lam * mean
         new = {**state, "t": t}
-        rho = float(self.cfg.momentum)
+        rho = self.cfg.momentum
         if rho > 0:
             m = rho * state["m"] + (1 - rho) * rhs
             rhs = m / (1 - rho ** t.to(mean.dtype))[:, None]

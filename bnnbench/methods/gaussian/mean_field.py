@@ -28,7 +28,7 @@ class MeanField(Method):
 
     def noise(self, state, batch, generator):
         """eps ``[R, S, P]`` of the step's ``train_samples`` weight samples."""
-        return standard_normal(state["mean"], int(self.cfg.train_samples), generator)
+        return standard_normal(state["mean"], self.cfg.train_samples, generator)
 
     def sample_layers(self, state, n_samples, generator):
         """Per-layer weights of ``n_samples`` draws theta_s = mu + sigma * eps_s."""

@@ -48,7 +48,7 @@ def resolved(e: torch.Tensor, n: int) -> torch.Tensor:
     return e > n * torch.finfo(e.dtype).eps * e.amax(-1, keepdim=True).clamp_min(0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SLANGConfig(MethodConfig):
     name: str = "slang"
     rank: int = 1                       # L
@@ -73,17 +73,17 @@ class SLANG(Method):
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         R, P = problem.prior_prec.shape
         mean = self.init_params(problem, generator)
-        return {**hyper_state(problem), "mean": mean, "U": mean.new_zeros(R, P, int(self.cfg.rank)),
-                "d": torch.full_like(mean, float(self.cfg.s_init)), "m": torch.zeros_like(mean),
+        return {**hyper_state(problem), "mean": mean, "U": mean.new_zeros(R, P, self.cfg.rank),
+                "d": torch.full_like(mean, self.cfg.s_init), "m": torch.zeros_like(mean),
                 "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
 
     def noise(self, state, batch, generator):
         R, P = state["mean"].shape
-        eps = standard_normal(state["mean"], int(self.cfg.train_samples), generator)
+        eps = standard_normal(state["mean"], self.cfg.train_samples, generator)
         how = self.cfg.eig
         if how == "gram":
             return eps, None
-        k = min(P, int(self.cfg.rank) + int(self.cfg.oversample))
+        k = min(P, self.cfg.rank + self.cfg.oversample)
         if how == "nystrom":   # the code's probes: uniform on [-1, 1]
             return eps, 2 * torch.rand(R, P, k, generator=generator, device=eps.device, dtype=eps.dtype) - 1
         return eps, torch.randn(R, P, k, generator=generator, device=eps.device, dtype=eps.dtype)
@@ -96,8 +96,8 @@ class SLANG(Method):
         mean, U, d, lam = state["mean"], state["U"], state["d"], state["prior_prec"]
         R, P, L = U.shape
         t = state["t"] + 1
-        alpha = lr_scale * decayed(float(self.cfg.lr), float(self.cfg.decay_lr), t).to(mean.dtype)[:, None]
-        beta = decayed(float(self.cfg.beta), float(self.cfg.decay_beta), t).to(mean.dtype)[:, None]
+        alpha = lr_scale * decayed(self.cfg.lr, self.cfg.decay_lr, t).to(mean.dtype)[:, None]
+        beta = decayed(self.cfg.beta, self.cfg.decay_beta, t).to(mean.dtype)[:, None]
 
         theta = self.sample(state, eps)
         layers = as_leaves(self.model.layers(theta))
@@ -119,7 +119,7 @@ class SLANG(Method):
         old_diag = (1 - beta) * torch.linalg.vector_norm(U, dim=-1) ** 2 + beta * diag_G
         d_new = (1 - beta) * d + beta * lam + (old_diag - torch.linalg.vector_norm(U_new, dim=-1) ** 2).clamp_min(0)
 
-        rho = float(self.cfg.momentum)
+        rho = self.cfg.momentum
         if rho > 0:
             m = rho * state["m"] + (1 - rho) * g_hat
             m_hat = m / (1 - rho ** t.to(mean.dtype))[:, None]
@@ -186,7 +186,7 @@ class SLANG(Method):
             return a_U ** 2 * (U @ (U.transpose(1, 2) @ Y)) + Gx(Gt(Y))
 
         eig = fast_eig if how == "randomized" else nystrom_eig
-        e, V = eig(A, probes, L, n_iter=int(self.cfg.n_iter))
+        e, V = eig(A, probes, L, n_iter=self.cfg.n_iter)
         e = torch.where(resolved(e, P), e, torch.zeros_like(e))
         return V * e.sqrt().unsqueeze(1)
 

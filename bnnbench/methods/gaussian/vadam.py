@@ -25,7 +25,7 @@ from bnnbench.methods.gaussian.mean_field import DiagonalPrecision
 from bnnbench.methods.gaussian.natural import leaf_layers, sample_gradients
 
 
-@dataclass
+@dataclass(frozen=True)
 class VadamConfig(MethodConfig):
     name: str = "vadam"
     lr: float = 0.01
@@ -35,7 +35,7 @@ class VadamConfig(MethodConfig):
     init_mean: str = "uniform_fan_in"
 
 
-@dataclass
+@dataclass(frozen=True)
 class VpropConfig(MethodConfig):
     name: str = "vprop"
     lr: float = 0.01
@@ -53,7 +53,7 @@ class Vadam(DiagonalPrecision):
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         mean = self.init_params(problem, generator)
         N = problem.n_data.to(mean.dtype)[:, None]
-        prec_init = problem.prior_prec if self.cfg.prec_init is None else float(self.cfg.prec_init)
+        prec_init = problem.prior_prec if self.cfg.prec_init is None else self.cfg.prec_init
         s = ((prec_init - problem.prior_prec) / N).clamp_min(0) * torch.ones_like(mean)
         state = {**hyper_state(problem), "mean": mean, "s": s,
                  "t": torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device)}
@@ -71,7 +71,7 @@ class Vadam(DiagonalPrecision):
         g_bar, g2_bar = g.mean(1), (g * g).mean(1)
         lam_t = state["prior_prec"] / state["n_data"].to(mean.dtype)[:, None]
         t = state["t"] + 1
-        alpha = float(self.cfg.lr) * lr_scale
+        alpha = self.cfg.lr * lr_scale
         new = {**state, "t": t}
         if self.momentum:
             g1, g2 = (float(b) for b in self.cfg.betas)
@@ -81,7 +81,7 @@ class Vadam(DiagonalPrecision):
             m_hat, s_hat = m / (1 - g1 ** tt), s / (1 - g2 ** tt)
             new.update(m=m, s=s, mean=mean - alpha * m_hat / (s_hat.sqrt() + lam_t))
         else:
-            beta = float(self.cfg.beta)
+            beta = self.cfg.beta
             s = beta * s + (1 - beta) * g2_bar
             new.update(s=s, mean=mean - alpha * (g_bar + lam_t * mean) / (s.sqrt() + lam_t))
         return new, {"objective": nll, "nll": nll}

@@ -28,7 +28,7 @@ from bnnbench.methods.settings import MethodConfig
 from bnnbench.methods.gaussian.vogn import VOGN
 
 
-@dataclass
+@dataclass(frozen=True)
 class VadamMatlabConfig(MethodConfig):
     name: str = "vadam_matlab"
     lr: float = 0.01                    # alpha_0
@@ -55,10 +55,10 @@ class VadamMatlab(VOGN):
         g = N * g.mean(1)                                     # (N / M) sum_i grad l_i, averaged over samples
         t = state["t"] + 1
         tt = t.to(mean.dtype)[:, None]
-        kappa = float(self.cfg.decay)
-        alpha = lr_scale * decayed(float(self.cfg.lr), kappa, t).to(mean.dtype)[:, None]
-        beta = decayed(float(self.cfg.beta), kappa, t).to(mean.dtype)[:, None]
-        rho = float(self.cfg.momentum)
+        kappa = self.cfg.decay
+        alpha = lr_scale * decayed(self.cfg.lr, kappa, t).to(mean.dtype)[:, None]
+        beta = decayed(self.cfg.beta, kappa, t).to(mean.dtype)[:, None]
+        rho = self.cfg.momentum
         m = rho * state["m"] + (1 - rho) * (g + lam * mean)
         m_hat = m / (1 - rho ** tt)
         S = (1 - beta) * state["S"] + beta * g * g / N

@@ -24,7 +24,7 @@ from bnnbench.methods.gaussian.mean_field import DiagonalPrecision
 from bnnbench.methods.gaussian.natural import leaf_layers, per_example_stats
 
 
-@dataclass
+@dataclass(frozen=True)
 class VOGNConfig(MethodConfig):
     name: str = "vogn"
     lr: float = 1e-3
@@ -41,7 +41,7 @@ class VOGN(DiagonalPrecision):
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         mean = self.init_params(problem, generator)
-        prec = torch.full_like(mean, float(self.cfg.prec_init)) if self.cfg.prec_init is not None \
+        prec = torch.full_like(mean, self.cfg.prec_init) if self.cfg.prec_init is not None \
             else problem.prior_prec.clone()
         return {**hyper_state(problem), "mean": mean, "prec": prec,
                 "t": torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device)}
@@ -55,7 +55,7 @@ class VOGN(DiagonalPrecision):
         M = batch.x.shape[1]
         g_hat = N * g_sum.mean(1) / M
         h_hat = N * c_sum.mean(1) / M
-        beta, alpha = float(self.cfg.beta), float(self.cfg.lr) * lr_scale
+        beta, alpha = self.cfg.beta, self.cfg.lr * lr_scale
         prec = beta * prec + (1 - beta) * (h_hat + lam)
         new_mean = mean - alpha * (g_hat + lam * mean) / prec
         return {**state, "mean": new_mean, "prec": prec, "t": state["t"] + 1}, {"objective": nll, "nll": nll}

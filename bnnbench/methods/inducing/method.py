@@ -32,9 +32,11 @@ from bnnbench.methods.base import Method, Predictive, Problem, State, hyper_stat
 from bnnbench.methods.settings import MethodConfig
 
 INDUCING_INITS = ("randn", "batch")
+# the settings of InducingNet that only some families have
+NET_SETTINGS = ("inducing", "local_reparam", "var_init_mult", "log_prec_init", "out_log_prec_init", "log_prec_lr")
 
 
-@dataclass
+@dataclass(frozen=True)
 class InducingFamilyConfig(MethodConfig):
     prior: str = "neal"                 # standard | neal | scale | spatial_iw
     # unset (None) settings are left out of a record's configuration hash: records of the MLP families stay valid
@@ -50,21 +52,21 @@ class InducingFamilyConfig(MethodConfig):
     kl_ramp_steps: int = 0              # KL weight rising linearly from 0 to 1 over these steps (0: no tempering)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FacConfig(InducingFamilyConfig):
     name: str = "fac"
     var_init_mult: float = 1e-3         # initial variance / prior (Neal) variance
     local_reparam: bool = True          # draw pre-activations (UCI); false: draw the weights
 
 
-@dataclass
+@dataclass(frozen=True)
 class LIConfig(InducingFamilyConfig):
     name: str = "li"
     log_prec_init: float = -4.0         # initial log pseudo-precision
     log_prec_lr: float = 1.0            # multiplies the stored log-precision (its learning rate)
 
 
-@dataclass
+@dataclass(frozen=True)
 class GIConfig(InducingFamilyConfig):
     name: str = "gi"
     inducing: int = 100                 # P global inducing inputs
@@ -75,13 +77,13 @@ class GIConfig(InducingFamilyConfig):
     log_prec_lr: float = 1.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class FacGIConfig(GIConfig):
     name: str = "fac_gi"
     var_init_mult: float = 1e-3
 
 
-@dataclass
+@dataclass(frozen=True)
 class RandGIConfig(GIConfig):
     name: str = "rand_gi"
 
@@ -96,37 +98,36 @@ class InducingFamily(Method):
         super().__init__(cfg, model, likelihood)
         c = self.cfg
         self.check_settings(c)
-        image_shape = c.image_shape or getattr(model, "input_shape", ())   # unset: the data set's (the network's)
+        image_shape = c.image_shape or model.input_shape   # unset: the data set's (the network's)
         modules, in_shape = build_arch(c.arch or "mlp", model.sizes, image_shape, model.activation, c.channels or 0)
-        self.net = InducingNet(modules, self.family, c.prior, in_shape=in_shape, n_inducing=c.get("inducing", 0),
-                               activation=model.activation, local_reparam=c.get("local_reparam", False),
-                               var_init_mult=c.get("var_init_mult", 1e-3), log_prec_init=c.get("log_prec_init", -4.0),
-                               out_log_prec_init=c.get("out_log_prec_init"), log_prec_lr=c.get("log_prec_lr", 1.0))
+        own = {k: getattr(c, k) for k in NET_SETTINGS if hasattr(c, k)}   # the family's own (FacConfig, GIConfig...)
+        self.net = InducingNet(modules, self.family, c.prior, in_shape=in_shape, n_inducing=own.pop("inducing", 0),
+                               activation=model.activation, **own)
 
     def activation_width(self) -> int:
         """The largest module output of the network (a CNN's feature maps, not the protocol MLP's widths)."""
         return self.net.activation_width()
 
     @classmethod
-    def check_settings(cls, c) -> None:
-        check_prior(c.get("prior"))
-        if (c.get("arch") or "mlp") not in ARCHS:
-            raise ValueError(f"unknown architecture {c.get('arch')!r}; valid: {', '.join(ARCHS)}")
-        if c.get("inducing_init", "randn") not in INDUCING_INITS:
-            raise ValueError(f"unknown inducing_init {c.get('inducing_init')!r}; valid: {', '.join(INDUCING_INITS)}")
-        if c.get("inducing") is not None and int(c.get("inducing")) < 1:
-            raise ValueError(f"method.inducing must be at least 1, got {c.get('inducing')}")
-        if int(c.get("kl_ramp_steps") or 0) < 0:
-            raise ValueError(f"method.kl_ramp_steps must be >= 0, got {c.get('kl_ramp_steps')}")
+    def check_settings(cls, c: InducingFamilyConfig) -> None:
+        check_prior(c.prior)
+        if (c.arch or "mlp") not in ARCHS:
+            raise ValueError(f"unknown architecture {c.arch!r}; valid: {', '.join(ARCHS)}")
+        if isinstance(c, GIConfig) and c.inducing_init not in INDUCING_INITS:
+            raise ValueError(f"unknown inducing_init {c.inducing_init!r}; valid: {', '.join(INDUCING_INITS)}")
+        if isinstance(c, GIConfig) and c.inducing < 1:
+            raise ValueError(f"method.inducing must be at least 1, got {c.inducing}")
+        if c.kl_ramp_steps < 0:
+            raise ValueError(f"method.kl_ramp_steps must be >= 0, got {c.kl_ramp_steps}")
 
     def learns_noise(self) -> bool:
-        return self.likelihood == "gaussian" and bool(self.cfg.learn_noise)
+        return self.likelihood == "gaussian" and self.cfg.learn_noise
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         R, like = problem.n_replicas, problem.prior_prec
         params = self.net.init_params(R, generator, like.device, like.dtype)
         if self.learns_noise():
-            params["log_noise_std"] = torch.full((R,), float(self.cfg.init_log_noise_std), device=like.device,
+            params["log_noise_std"] = torch.full((R,), self.cfg.init_log_noise_std, device=like.device,
                                                  dtype=like.dtype)
         state = hyper_state(problem)
         for k, v in params.items():
@@ -141,7 +142,7 @@ class InducingFamily(Method):
         return {k[2:]: v for k, v in state.items() if k.startswith("q.")}
 
     def noise(self, state, batch, generator):
-        return self.net.noise(self.params(state), int(self.cfg.train_samples), batch.x.shape[1], generator)
+        return self.net.noise(self.params(state), self.cfg.train_samples, batch.x.shape[1], generator)
 
     def _likelihood(self, state, params):
         if self.learns_noise():
@@ -169,8 +170,8 @@ class InducingFamily(Method):
         ll = self._likelihood(state, params).log_prob(f, batch.y).mean(dim=(1, 2))
         kl = -logpq.mean(1)
         beta = 1.0
-        if int(self.cfg.kl_ramp_steps) > 0:
-            beta = ((state["t"] + 1).to(kl.dtype) / int(self.cfg.kl_ramp_steps)).clamp(max=1.0)
+        if self.cfg.kl_ramp_steps > 0:
+            beta = ((state["t"] + 1).to(kl.dtype) / self.cfg.kl_ramp_steps).clamp(max=1.0)
         return -ll + beta * kl / state["n_data"].to(kl.dtype), -ll, kl
 
     def step(self, state, batch, noise, lr_scale=1.0):
@@ -182,7 +183,7 @@ class InducingFamily(Method):
             obj, nll, kl = self.objective(state, leaves, batch, noise)
             grads = torch.autograd.grad(obj.sum(), list(leaves.values()))
         t = state["t"] + 1
-        lr, betas, eps = float(self.cfg.lr) * lr_scale, tuple(self.cfg.betas), float(self.cfg.eps)
+        lr, betas, eps = self.cfg.lr * lr_scale, tuple(self.cfg.betas), self.cfg.eps
         new = {**state, "t": t}
         for (k, p), g in zip(params.items(), grads):
             new["q." + k], new["m." + k], new["v." + k] = adam(p, g, state["m." + k], state["v." + k], t, lr, betas,

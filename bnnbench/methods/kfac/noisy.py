@@ -84,9 +84,9 @@ def kl_clip_coeff(cfg, t: torch.Tensor, lr: float, step: torch.Tensor, V: torch.
     kl_clip x kl_clip_decay ^ floor(k / kl_clip_every), constant without a decay. The trust region of the CIFAR-10
     experiments (App. C.2: alpha = min(alpha_max, sqrt(c / (v^T F v)))), tf.contrib.kfac's ``norm_constraint`` in
     the authors' code (C1)."""
-    c = float(cfg.kl_clip)
+    c = cfg.kl_clip
     if cfg.kl_clip_decay is not None:
-        c = c * float(cfg.kl_clip_decay) ** torch.div(t, int(cfg.kl_clip_every or 1), rounding_mode="floor").to(
+        c = c * cfg.kl_clip_decay ** torch.div(t, int(cfg.kl_clip_every or 1), rounding_mode="floor").to(
             step.dtype)
     sq = (lr ** 2) * (step * V).sum(-1)
     return torch.sqrt(c / sq.clamp_min(torch.finfo(step.dtype).tiny)).clamp(max=1.0)
@@ -128,7 +128,7 @@ def _homogeneous_rows(a: torch.Tensor):
     return torch.cat([a, torch.ones_like(a[..., :1])], -1).reshape(R, a.shape[1] * B, -1), R, B, shared
 
 
-@dataclass
+@dataclass(frozen=True)
 class NoisyAdamConfig(gamma_noise.NoiseConfig):
     name: str = "noisy_adam"
     lr: float = 0.01                    # alpha (the paper's alpha~ for UCI)
@@ -149,7 +149,7 @@ class NoisyAdamConfig(gamma_noise.NoiseConfig):
     noise_lr_drop: bool = False         # regression/train.py: the x0.1 drop scales alpha, beta, omega, not the noise lr
 
 
-@dataclass
+@dataclass(frozen=True)
 class NoisyKFACConfig(gamma_noise.NoiseConfig):
     name: str = "noisy_kfac"
     lr: float = 0.01                    # alpha
@@ -198,7 +198,7 @@ class _NoisyBase(Method):
 
     def gamma_in(self, state):
         """lambda / (N eta) = kl_weight * prior_prec / N, per parameter ``[R, P]``."""
-        return float(self.cfg.kl_weight) * state["prior_prec"] / state["n_data"].to(state["mean"].dtype)[:, None]
+        return self.cfg.kl_weight * state["prior_prec"] / state["n_data"].to(state["mean"].dtype)[:, None]
 
     def _noise_step(self, state, f, y, lr_scale):
         """Adam step on q(tau)'s (log a, log b) (``gamma_noise.step``); nothing without a learned noise."""
@@ -207,7 +207,7 @@ class _NoisyBase(Method):
     def _target_noise(self, state, batch, generator, n_samples: int | None = None):
         """The standard draws of targets y~ ~ p(y | x, w) for the true Fisher (``Likelihood.sample_noise``), for
         ``n_samples`` weight draws (default ``train_samples``)."""
-        S = int(self.cfg.train_samples) if n_samples is None else n_samples
+        S = self.cfg.train_samples if n_samples is None else n_samples
         f_shape = (state["mean"].shape[0], S, batch.x.shape[1], self.model.output_dim)
         return likelihood_of(state, self.likelihood).sample_noise(f_shape, generator, batch.x.dtype, batch.x.device)
 
@@ -242,16 +242,16 @@ class NoisyAdam(_NoisyBase, MeanField):
         mean = state["mean"]
         if self.cfg.init_std is not None:  # f + gamma_in = lambda / (N sigma_0^2): the code's sigma_0 = 1e-5
             N = problem.n_data.to(mean.dtype)[:, None]
-            f0 = float(self.cfg.kl_weight) / (N * float(self.cfg.init_std) ** 2) - self.gamma_in(state)
+            f0 = self.cfg.kl_weight / (N * self.cfg.init_std ** 2) - self.gamma_in(state)
             f0 = f0.clamp_min(0).expand_as(mean).clone()
         else:
-            f0 = torch.full_like(mean, float(self.cfg.f_init))
+            f0 = torch.full_like(mean, self.cfg.f_init)
         state.update(m=torch.zeros_like(mean), f=f0)
         return state
 
     def std(self, state):
         N = state["n_data"].to(state["mean"].dtype)[:, None]
-        return torch.sqrt(float(self.cfg.kl_weight) / N / (state["f"] + self.gamma_in(state)))
+        return torch.sqrt(self.cfg.kl_weight / N / (state["f"] + self.gamma_in(state)))
 
     def noise(self, state, batch, generator):
         """The weights' eps and the draws of the sampled targets."""
@@ -275,8 +275,8 @@ class NoisyAdam(_NoisyBase, MeanField):
         m = b1 * state["m"] + (1 - b1) * v
         fisher = b2 * state["f"] + (1 - b2) * fisher_b.mean(1)
         m_hat = m / (1 - b1 ** t.to(mean.dtype))[:, None]
-        step = m_hat / (fisher + gin + float(self.cfg.damping_ex))
-        lr = float(self.cfg.lr) * lr_scale
+        step = m_hat / (fisher + gin + self.cfg.damping_ex)
+        lr = self.cfg.lr * lr_scale
         if self.cfg.kl_clip is not None:
             step = step * kl_clip_coeff(self.cfg, t, lr, step, m_hat)[:, None]
         new_mean = mean + lr * step
@@ -287,7 +287,7 @@ class NoisyAdam(_NoisyBase, MeanField):
     def kl(self, state):
         """lambda KL(q(w) || p(w)) (the tempered KL of the noisy-NG objective)."""
         mean = state["mean"]
-        return float(self.cfg.kl_weight) * kl_diag_gaussians(mean, self.var(state), torch.zeros_like(mean),
+        return self.cfg.kl_weight * kl_diag_gaussians(mean, self.var(state), torch.zeros_like(mean),
                                                              1 / state["prior_prec"])
 
 
@@ -300,9 +300,9 @@ class NoisyKFAC(_NoisyBase):
 
     @classmethod
     def check_settings(cls, cfg) -> None:
-        if cfg.get("momentum_type") not in (None, "ema", "heavy_ball"):
-            raise ValueError(f"momentum_type must be ema or heavy_ball, got {cfg.get('momentum_type')!r}")
-        if cfg.get("kl_clip_decay") is not None and not cfg.get("kl_clip_every"):
+        if cfg.momentum_type not in (None, "ema", "heavy_ball"):
+            raise ValueError(f"momentum_type must be ema or heavy_ball, got {cfg.momentum_type!r}")
+        if cfg.kl_clip_decay is not None and not cfg.kl_clip_every:
             raise ValueError("kl_clip_decay needs kl_clip_every (the steps between decays)")
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
@@ -311,11 +311,11 @@ class NoisyKFAC(_NoisyBase):
         for l, (_, _, d_in, d_out) in enumerate(self.model.slices):
             eye_a = torch.eye(d_in + 1, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
             eye_s = torch.eye(d_out, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
-            state[f"A{l}"] = eye_a * float(self.cfg.factor_init)
-            state[f"S{l}"] = eye_s * float(self.cfg.factor_init)
-            if float(self.cfg.momentum) > 0 and self.cfg.momentum_type != "heavy_ball":
+            state[f"A{l}"] = eye_a * self.cfg.factor_init
+            state[f"S{l}"] = eye_s * self.cfg.factor_init
+            if self.cfg.momentum > 0 and self.cfg.momentum_type != "heavy_ball":
                 state[f"mom{l}"] = torch.zeros(R, d_in + 1, d_out, dtype=mean.dtype, device=mean.device)
-        if float(self.cfg.momentum) > 0 and self.cfg.momentum_type == "heavy_ball":
+        if self.cfg.momentum > 0 and self.cfg.momentum_type == "heavy_ball":
             state["velocity"] = torch.zeros_like(mean)
         state.update(self._init_extra_factors(state))
         return self._refresh(state, covariance=True, inverses=True)
@@ -344,7 +344,7 @@ class NoisyKFAC(_NoisyBase):
     def _inverses_from_covariance(self) -> bool:
         """Without extrinsic damping and with both refreshed together, the damped inverses of the mean update are
         the covariance factors': [A^g]^-1 = C_A C_A^T N / lambda, [S^g]^-1 = C_S C_S^T (never formed)."""
-        return float(self.cfg.damping_ex) == 0 and int(self.cfg.T_inv) == int(self.cfg.T_stats)
+        return self.cfg.damping_ex == 0 and self.cfg.T_inv == self.cfg.T_stats
 
     def _damped(self, state, l, gamma):
         """A^gamma, S^gamma of eq. 13 with pi^2 = (tr A / dim A) / (tr S / dim S), and their dampings
@@ -359,13 +359,13 @@ class NoisyKFAC(_NoisyBase):
     def _gammas(self, state):
         N = state["n_data"].to(state["mean"].dtype)
         lam = state["prior_prec"][:, 0]  # one prior precision 1/eta for all parameters (the paper's prior)
-        g_in = float(self.cfg.kl_weight) * lam / N
-        return g_in, g_in + float(self.cfg.damping_ex)
+        g_in = self.cfg.kl_weight * lam / N
+        return g_in, g_in + self.cfg.damping_ex
 
     def _refresh(self, state, covariance: bool, inverses: bool):
         state = dict(state)
         g_in, g = self._gammas(state)
-        scale = torch.sqrt(float(self.cfg.kl_weight) / state["n_data"].to(state["mean"].dtype))[:, None, None]
+        scale = torch.sqrt(self.cfg.kl_weight / state["n_data"].to(state["mean"].dtype))[:, None, None]
         for l in range(len(self.model.slices)):
             if covariance:  # square roots of (lambda/N) [A^g_in]^-1 and [S^g_in]^-1: C = chol(X)^-T (unique)
                 A, S, floor_A, floor_S = self._damped(state, l, g_in)
@@ -387,13 +387,13 @@ class NoisyKFAC(_NoisyBase):
         if not self._inverses_from_covariance:
             return state[f"iA{l}"] @ V @ state[f"iS{l}"]
         cA, cS = state[f"cA{l}"], state[f"cS{l}"]
-        N_over_kl = state["n_data"].to(V.dtype)[:, None, None] / float(self.cfg.kl_weight)
+        N_over_kl = state["n_data"].to(V.dtype)[:, None, None] / self.cfg.kl_weight
         if cS.shape[-1] == 1:
             return cA @ (cA.transpose(-1, -2) @ V) * (cS * cS * N_over_kl)
         return cA @ ((cA.transpose(-1, -2) @ V) @ cS) @ cS.transpose(-1, -2) * N_over_kl
 
     def noise(self, state, batch, generator):
-        R, S_ = state["mean"].shape[0], int(self.cfg.train_samples)
+        R, S_ = state["mean"].shape[0], self.cfg.train_samples
         eps = [torch.randn(R, S_, d_in + 1, d_out, generator=generator, dtype=batch.x.dtype, device=batch.x.device)
                for _, _, d_in, d_out in self.model.slices]
         return eps, self._target_noise(state, batch, generator)
@@ -418,7 +418,7 @@ class NoisyKFAC(_NoisyBase):
     def step(self, state, batch, noise, lr_scale=1.0):
         eps, y_noise = noise
         t = state["t"] + 1
-        T_stats, T_inv = int(self.cfg.T_stats), int(self.cfg.T_inv)
+        T_stats, T_inv = self.cfg.T_stats, self.cfg.T_inv
         # the step count is read (a host sync, and a graph break under torch.compile) only where a schedule needs it
         k = int(t[0]) if T_stats > 1 or T_inv > 1 else 1
         hom = self._sample_hom(state, eps)
@@ -435,11 +435,11 @@ class NoisyKFAC(_NoisyBase):
         # Momentum on V with Adam-style bias correction, as the authors' regression code
         # (pomonam/NoisyNaturalGradient regression/ops/mvg_optimizer.py: ratio = 0.1, bias_corr); Alg. 2
         # omits it "for simplicity". momentum = 0 gives Alg. 2 exactly.
-        b1 = float(self.cfg.momentum)
+        b1 = self.cfg.momentum
         ema = b1 > 0 and self.cfg.momentum_type != "heavy_ball"
         bias_corr = (1 - b1 ** t.to(state["mean"].dtype))[:, None, None] if ema else None
         g_in = g_in[:, None, None]
-        beta = float(self.cfg.beta) * lr_scale
+        beta = self.cfg.beta * lr_scale
         Vs, rows = [], []
         n_ex = batch.x.shape[1]
         for l, (a, d_y, d_s, W, g_W) in enumerate(zip(acts, dz, ds or [None] * len(acts), hom, grads)):
@@ -457,7 +457,7 @@ class NoisyKFAC(_NoisyBase):
         if rows:
             new.update(self._update_extra_factors(state, rows, beta, S_, n_ex))
         step = self._flat(self._precondition_all(state, Vs))
-        lr = float(self.cfg.lr) * lr_scale
+        lr = self.cfg.lr * lr_scale
         if self.cfg.kl_clip is not None:
             step = step * kl_clip_coeff(self.cfg, t, lr, step, self._flat(Vs))[:, None]
         if "velocity" in state:
@@ -498,10 +498,10 @@ class NoisyKFAC(_NoisyBase):
             total = total + 0.5 * ((cA * cA).sum((-2, -1)) * (cS * cS).sum((-2, -1)) / eta
                                    + (M * M).sum((-2, -1)) / eta - k + k * torch.log(eta)
                                    - d_out * logdet_U - (d_in + 1) * logdet_V)
-        return float(self.cfg.kl_weight) * total
+        return self.cfg.kl_weight * total
 
 
-@dataclass
+@dataclass(frozen=True)
 class KFACConfig(NoisyKFACConfig):
     name: str = "kfac"
     damping_ex: float = 1e-3            # the preconditioner's damping (the CIFAR-10 code's K-FAC: 1e-3)
@@ -522,7 +522,7 @@ class KFAC(NoisyKFAC):
     @classmethod
     def check_settings(cls, cfg) -> None:
         super().check_settings(cfg)
-        if int(cfg.get("train_samples", 1)) != 1:
+        if cfg.train_samples != 1:
             raise ValueError("kfac steps at the mean weights: train_samples must be 1")
 
     @property

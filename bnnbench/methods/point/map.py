@@ -15,7 +15,7 @@ from bnnbench.methods.base import Method, Problem, State, hyper_state
 from bnnbench.methods.settings import MethodConfig
 
 
-@dataclass
+@dataclass(frozen=True)
 class MAPConfig(MethodConfig):
     name: str = "map"
     lr: float = 1e-3
@@ -56,8 +56,8 @@ class MAP(Method):
     def step(self, state, batch, noise, lr_scale=1.0):
         obj, stats, g = self.gradient(state, batch, noise)
         t = state["t"] + 1
-        new_theta, m, v = adam(state["theta"], g, state["m"], state["v"], t, float(self.cfg.lr) * lr_scale,
-                               tuple(self.cfg.betas), float(self.cfg.eps))
+        new_theta, m, v = adam(state["theta"], g, state["m"], state["v"], t, self.cfg.lr * lr_scale,
+                               tuple(self.cfg.betas), self.cfg.eps)
         return {**state, "theta": new_theta, "m": m, "v": v, "t": t}, {"objective": obj, **stats}
 
     def predict(self, state, x, n_samples, generator):

@@ -21,7 +21,7 @@ from bnnbench.methods.base import Problem, State
 from bnnbench.methods.point.map import MAP, MAPConfig
 
 
-@dataclass
+@dataclass(frozen=True)
 class MCDropoutConfig(MAPConfig):
     name: str = "mc_dropout"
     length_scale: float = 0.01          # l of the weight decay l^2 (1 - p) / (2 N tau) (Gal & Ghahramani, 2016)
@@ -44,7 +44,7 @@ class MCDropout(MAP):
     def weight_decay(self, state) -> torch.Tensor:
         """reg = l^2 (1 - p) / (2 N tau) per replica, tau in original target units."""
         tau_orig = state["noise_prec"] / state["y_scale"] ** 2
-        l2 = float(self.cfg.length_scale) ** 2
+        l2 = self.cfg.length_scale ** 2
         return l2 * (1 - state["dropout"]) / (2 * state["n_data"].to(tau_orig.dtype) * tau_orig)
 
     def objective(self, state, theta, batch, noise):

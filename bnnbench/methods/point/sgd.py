@@ -14,7 +14,7 @@ from bnnbench.methods.point.map import MAP
 from bnnbench.methods.settings import MethodConfig
 
 
-@dataclass
+@dataclass(frozen=True)
 class SGDConfig(MethodConfig):
     name: str = "sgd"
     lr: float = 0.01
@@ -34,8 +34,8 @@ class SGD(MAP):
 
     def step(self, state, batch, noise, lr_scale=1.0):
         obj, stats, g = self.gradient(state, batch, noise)
-        mu = float(self.cfg.momentum)
+        mu = self.cfg.momentum
         m = mu * state["m"] + g
         d = g + mu * m if self.cfg.nesterov else m
-        new_theta = state["theta"] - float(self.cfg.lr) * lr_scale * d
+        new_theta = state["theta"] - self.cfg.lr * lr_scale * d
         return {**state, "theta": new_theta, "m": m, "t": state["t"] + 1}, {"objective": obj, **stats}

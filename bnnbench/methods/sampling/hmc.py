@@ -47,7 +47,7 @@ from bnnbench.methods.base import Batch, Method, Predictive, Problem, State, hyp
 from bnnbench.methods.settings import MethodConfig
 
 
-@dataclass
+@dataclass(frozen=True)
 class HMCConfig(MethodConfig):
     name: str = "hmc"
     chains: int = 4                     # C chains per replica, each from its own initial weights
@@ -107,34 +107,34 @@ class HMC(Method):
         super().__init__(cfg, model, likelihood)
         c = self.cfg
         for k in ("chains", "thin", "keep", "leapfrog_steps"):
-            if not (isinstance(c[k], int) and c[k] >= 1):
-                raise ConfigError(f"method.{k} must be an integer >= 1, got {c[k]!r}")
+            if not (isinstance(getattr(c, k), int) and getattr(c, k) >= 1):
+                raise ConfigError(f"method.{k} must be an integer >= 1, got {getattr(c, k)!r}")
         if not (isinstance(c.warmup, int) and c.warmup >= 0):
             raise ConfigError(f"method.warmup must be an integer >= 0, got {c.warmup!r}")
-        if not 0 < float(c.target_accept) < 1 or not 0 <= float(c.leapfrog_jitter) < 1 or float(c.step_size) <= 0:
+        if not 0 < c.target_accept < 1 or not 0 <= c.leapfrog_jitter < 1 or c.step_size <= 0:
             raise ConfigError("method.target_accept must lie in (0, 1), method.leapfrog_jitter in [0, 1) and "
                               f"method.step_size above 0, got {c.target_accept}, {c.leapfrog_jitter}, {c.step_size}")
 
     def learns_noise(self) -> bool:
-        return self.likelihood == "gaussian" and bool(self.cfg.learn_noise)
+        return self.likelihood == "gaussian" and self.cfg.learn_noise
 
     def init(self, problem: Problem, generator: torch.Generator) -> State:
         if self.likelihood != "gaussian":
             raise ValueError(f"hmc has a Gaussian likelihood's potential only, not {self.likelihood!r}")
-        cfg, R, C = self.cfg, problem.n_replicas, int(self.cfg.chains)
+        cfg, R, C = self.cfg, problem.n_replicas, self.cfg.chains
         lam = problem.prior_prec
         theta = self.model.init(R * C, generator, cfg.init_mean, device=lam.device, dtype=lam.dtype)
-        log_eps = torch.full((R, C), math.log(float(cfg.step_size)), device=lam.device, dtype=lam.dtype)
-        K, P = int(cfg.keep), self.model.n_params
+        log_eps = torch.full((R, C), math.log(cfg.step_size), device=lam.device, dtype=lam.dtype)
+        K, P = cfg.keep, self.model.n_params
         state = {**hyper_state(problem), "theta": theta.reshape(R, C, P), "log_eps": log_eps,
                  "log_eps_bar": log_eps.clone(), "h_bar": torch.zeros_like(log_eps),
                  "accept_sum": torch.zeros_like(log_eps), "t": torch.zeros(R, dtype=torch.long, device=lam.device),
                  "n_kept": torch.zeros(R, dtype=torch.long, device=lam.device),
                  "samples": torch.zeros(R, C, K, P, device=lam.device, dtype=torch.float32),
                  "da_m": torch.zeros(R, dtype=torch.long, device=lam.device),
-                 "mu": torch.full_like(log_eps, math.log(10 * float(cfg.step_size)))}
+                 "mu": torch.full_like(log_eps, math.log(10 * cfg.step_size))}
         if self.learns_noise():
-            prior_mean = float(cfg.noise_prior_shape) / float(cfg.noise_prior_rate)
+            prior_mean = cfg.noise_prior_shape / cfg.noise_prior_rate
             state["log_tau"] = torch.full_like(log_eps, math.log(prior_mean))
             state["tau_samples"] = torch.zeros(R, C, K, device=lam.device, dtype=torch.float32)
         D = P + int(self.learns_noise())
@@ -160,7 +160,7 @@ class HMC(Method):
         grad = grad + lam_theta
         U = U + 0.5 * (lam_theta * theta).sum(-1)
         if q.shape[-1] > P:
-            a0, b0 = float(self.cfg.noise_prior_shape), float(self.cfg.noise_prior_rate)
+            a0, b0 = self.cfg.noise_prior_shape, self.cfg.noise_prior_rate
             half_n = 0.5 * state["n_data"].to(q.dtype).unsqueeze(1)
             z = q[..., P]
             U = U - (half_n + a0) * z + b0 * tau
@@ -174,8 +174,8 @@ class HMC(Method):
         R, C, D = q.shape
         p = torch.randn(R, C, D, generator=generator, device=q.device, dtype=q.dtype)
         log_u = torch.rand(R, C, generator=generator, device=q.device, dtype=q.dtype).log()
-        L = int(self.cfg.leapfrog_steps)
-        lo = max(1, math.ceil((1 - float(self.cfg.leapfrog_jitter)) * L))
+        L = self.cfg.leapfrog_steps
+        lo = max(1, math.ceil((1 - self.cfg.leapfrog_jitter) * L))
         steps = torch.randint(lo, L + 1, (R, C), generator=generator, device=q.device) if lo < L else \
             torch.full((R, C), L, device=q.device)
         return p, log_u, steps
@@ -212,7 +212,7 @@ class HMC(Method):
         p0 = z * inv_mass.rsqrt()                                                     # p ~ N(0, M)
         U0, g0 = self.potential(state, q0, batch, mask)
         n = int(state["t"][0])           # transitions so far: the replicas move in lock step
-        warm = n < int(cfg.warmup)
+        warm = n < cfg.warmup
         log_eps = state["log_eps"] if warm else state["log_eps_bar"]
         q1, p1, U1 = self.leapfrog(state, q0, p0, g0, log_eps.exp().unsqueeze(-1), steps, batch, mask, inv_mass)
         dH = (U0 + 0.5 * (inv_mass * p0 * p0).sum(-1)) - (U1 + 0.5 * (inv_mass * p1 * p1).sum(-1))
@@ -230,10 +230,10 @@ class HMC(Method):
             new.update(self.adapt(state, q, alpha, n + 1))
         else:
             new["accept_sum"] = state["accept_sum"] + alpha
-        after = n + 1 - int(cfg.warmup)
-        if after > 0 and after % int(cfg.thin) == 0:
+        after = n + 1 - cfg.warmup
+        if after > 0 and after % cfg.thin == 0:
             n_kept = state["n_kept"]
-            slot = torch.remainder(n_kept[:1], int(cfg.keep))
+            slot = torch.remainder(n_kept[:1], cfg.keep)
             new["samples"] = state["samples"].index_copy(2, slot, q[..., :P].unsqueeze(2).float())
             if "tau_samples" in state:
                 new["tau_samples"] = state["tau_samples"].index_copy(2, slot, q[..., P:].exp().float())
@@ -250,15 +250,15 @@ class HMC(Method):
         cfg = self.cfg
         da_m = state["da_m"] + 1
         m = da_m.to(q.dtype).unsqueeze(1)
-        eta = 1.0 / (m + float(cfg.da_t0))
-        h_bar = (1 - eta) * state["h_bar"] + eta * (float(cfg.target_accept) - alpha)
-        log_eps = state["mu"] - m.sqrt() / float(cfg.da_gamma) * h_bar
-        w = m ** -float(cfg.da_kappa)
+        eta = 1.0 / (m + cfg.da_t0)
+        h_bar = (1 - eta) * state["h_bar"] + eta * (cfg.target_accept - alpha)
+        log_eps = state["mu"] - m.sqrt() / cfg.da_gamma * h_bar
+        w = m ** -cfg.da_kappa
         out = {"da_m": da_m, "h_bar": h_bar, "log_eps": log_eps,
                "log_eps_bar": w * log_eps + (1 - w) * state["log_eps_bar"]}
         if not cfg.adapt_mass:
             return out
-        start, ends = mass_windows(int(cfg.warmup))
+        start, ends = mass_windows(cfg.warmup)
         if not start < m_total <= ends[-1]:
             return out
         # the chains' draws merged into the running mean and sum of squares (Chan et al.'s pairwise update)
@@ -313,10 +313,10 @@ class HMC(Method):
         flagged when an R-hat exceeds ``rhat_max``."""
         theta, tau = self.kept(state)
         R, C, k, P = theta.shape
-        n_after = (state["t"] - int(self.cfg.warmup)).clamp_min(1).to(state["accept_sum"].dtype)
+        n_after = (state["t"] - self.cfg.warmup).clamp_min(1).to(state["accept_sum"].dtype)
         out = {"chains": C, "kept_per_chain": k,
                "acceptance_rate": (state["accept_sum"] / n_after[:, None]).tolist(),
-               "step_size": state["log_eps_bar"].exp().tolist(), "rhat_threshold": float(self.cfg.rhat_max)}
+               "step_size": state["log_eps_bar"].exp().tolist(), "rhat_threshold": self.cfg.rhat_max}
         if k < 4:
             return {**out, "flagged": True, "summary": f"only {k} draws kept per chain: no R-hat"}
         u = data.data_index
@@ -332,10 +332,10 @@ class HMC(Method):
             out[f"ess_tail_{name}_min"] = np.where(valid, mcmc.ess_tail(draws), np.inf).min(1).tolist()
         out.update(mcmc.predvar_agreement(f, second, valid))
         worst = max(max(out["rhat_mean_max"]), max(out["rhat_var_max"]))
-        out["flagged"] = bool(worst > float(self.cfg.rhat_max))
+        out["flagged"] = bool(worst > self.cfg.rhat_max)
         halves = out.get("predvar_corr_chain_halves")
         least = {e: min(min(out[f"ess_{e}_mean_min"]), min(out[f"ess_{e}_var_min"])) for e in ("bulk", "tail")}
-        out["summary"] = (f"R-hat of the test predictions <= {worst:.3f} (threshold {float(self.cfg.rhat_max)}), "
+        out["summary"] = (f"R-hat of the test predictions <= {worst:.3f} (threshold {self.cfg.rhat_max}), "
                           f"bulk ESS >= {least['bulk']:.0f}, tail ESS >= {least['tail']:.0f} "
                           f"of {C * k} draws, acceptance {float(state['accept_sum'].sum() / n_after.sum() / C):.2f}"
                           + (f", predictive variances of the two halves of the chains correlate >= {min(halves):.3f}"

@@ -26,7 +26,7 @@ from bnnbench.methods.base import hyper_state, likelihood_of, standard_normal
 from bnnbench.methods.settings import MethodConfig
 
 
-@dataclass
+@dataclass(frozen=True)
 class IVONConfig(MethodConfig):
     name: str = "ivon"
     lr: float = 0.03                    # alpha, before the rescaling by h_0 + delta (0.1 diverges in the first epoch of
