@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from bnnbench import __version__
+from bnnbench.core.errors import say_error
 from bnnbench.run.cell import reproduce_cell as _reproduce_cell, run_dir_of, summary_lines
 from bnnbench.run.config import cell_label, cell_overrides, check_choices, experiment_spec, list_names
 from bnnbench.run.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, exit_code, how, sigterm_interrupts
@@ -46,10 +47,6 @@ Exit status: 0 done (or already recorded), 2 a configuration or data problem (no
 (failed.json says why), 130 interrupted by Ctrl-C, 143 stopped by SIGTERM (the same command resumes either)."""
 
 
-def _error(msg: str) -> None:
-    print(f"error: {msg}", file=sys.stderr, flush=True)
-
-
 def run_one(cfg, overrides: list[str]) -> int:
     """``execute`` one composed configuration, turning every expected failure into one line and an exit code:
     2 a configuration, data or run-directory problem (nothing ran), 3 a run that failed (``failed.json`` says why),
@@ -66,10 +63,10 @@ def run_one(cfg, overrides: list[str]) -> int:
     try:
         record = execute(cfg, overrides, run_dir)
     except (DivergenceError, NotConvergedError) as e:
-        _error(f"run failed, no result written ({run_dir / 'failed.json'} has the reason): {e}")
+        say_error(f"run failed, no result written ({run_dir / 'failed.json'} has the reason): {e}")
         return EXIT_FAILED
     except (ConfigError, DataError, UnknownMethodError, RunDirError) as e:
-        _error(str(e))
+        say_error(str(e))
         return EXIT_CONFIG
     except KeyboardInterrupt as e:
         print(f"\n{resume_line(run_dir, e)}", file=sys.stderr, flush=True)
@@ -84,7 +81,7 @@ def cmd_run(overrides: list[str]) -> int:
     every job goes through ``run_one`` as well."""
     err = check_choices([o for o in overrides if not o.startswith("-")])
     if err:
-        _error(err)
+        say_error(err)
         return EXIT_CONFIG
     from bnnbench.run.config import ConfigError, check_overrides, compose_checked
     flags = [o for o in overrides if o.startswith("-")]
@@ -93,7 +90,7 @@ def cmd_run(overrides: list[str]) -> int:
             return _multirun(flags, check_overrides([o for o in overrides if not o.startswith("-")]))
         cfg = compose_checked(overrides)
     except ConfigError as e:
-        _error(str(e))
+        say_error(str(e))
         return EXIT_CONFIG
     return run_one(cfg, overrides)
 
@@ -204,7 +201,7 @@ def _print_outcome(future) -> None:
     if isinstance(e, CellInterrupted):
         print(e.line, file=sys.stderr, flush=True)
     elif isinstance(e, Exception):
-        _error(f"{type(e).__name__}: {e}")
+        say_error(f"{type(e).__name__}: {e}")
     elif e is None and future.result() is not None:
         print(future.result(), flush=True)
 
@@ -221,7 +218,7 @@ def cmd_reproduce(args) -> int:
     keep_label = set(args.label.split(",")) if getattr(args, "label", None) else None
     err = _unknown_filter(args.experiment, spec, keep_data, keep_label)
     if err:
-        _error(err)
+        say_error(err)
         return EXIT_CONFIG
     cells = [(c, _cell_overrides(args, c)) for c in spec["runs"]
              if (keep_data is None or c["data"] in keep_data)
@@ -253,7 +250,7 @@ def cmd_reproduce(args) -> int:
 def _no_records(args) -> int:
     """A table of no records would only say "not run" in every cell: say where the records were looked for instead."""
     root = Path(args.runs_root).resolve()
-    _error(f"no run records of {args.experiment} under {root} (a cell's record is {root}/{args.experiment}/<label>/"
+    say_error(f"no run records of {args.experiment} under {root} (a cell's record is {root}/{args.experiment}/<label>/"
            f"<data set>/record.json); nothing written. Run its cells with `bnnbench reproduce {args.experiment}`, "
            "or give --runs-root where your records are")
     return EXIT_NO_RECORDS
@@ -369,7 +366,7 @@ def cmd_regression(args) -> int:
     try:
         return regression_main(args)
     except DataError as e:   # a re-run needs the data set: one line that says how to get it, never a traceback
-        _error(str(e))
+        say_error(str(e))
         return EXIT_CONFIG
 
 

@@ -48,6 +48,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bnnbench.core.errors import say_error
 from bnnbench.run.config import cell_label, slug
 
 RESULT, LOG, PID = "result.json", "job.log", "job.pid"
@@ -148,10 +149,6 @@ def _logged_to(path: Path):
         os.dup2(saved[1], 2)
         os.close(saved[0])
         os.close(saved[1])
-
-
-def _error(msg: str) -> None:
-    print(f"error: {msg}", file=sys.stderr, flush=True)
 
 
 def run_job(experiment: str, runs_root: str, job: Job, out: Path, cwd: str, cores: int | None = None) -> dict:
@@ -285,7 +282,7 @@ def launch(args, cells: list) -> int:
     every job that failed, by cell and log. Returns 0, or 3 when a job failed (2: a launcher setting is wrong)."""
     from bnnbench.run.threads import available_cores
     if not args.launcher:
-        _error("--partition, --time, --cpus, --gpus, --mem and --launcher-set need --launcher <name>")
+        say_error("--partition, --time, --cpus, --gpus, --mem and --launcher-set need --launcher <name>")
         return EXIT_CONFIG
     jobs = jobs_of(args.experiment, cells)
     if not jobs:
@@ -294,14 +291,14 @@ def launch(args, cells: list) -> int:
     try:
         settings = _launcher_settings(args.launcher)
     except ValueError as e:
-        _error(str(e))
+        say_error(str(e))
         return EXIT_CONFIG
     target = str(settings.get("_target_", ""))
     joblib = "n_jobs" in settings
     n_jobs = (args.jobs if (args.jobs or 1) > 1 else available_cores()) if joblib else None
     wrong = [k for k in SUBMITIT if getattr(args, k, None) is not None and SUBMITIT[k] not in settings]
     if wrong:
-        _error(f"launcher {args.launcher} has no setting for --{', --'.join(wrong)} (its settings: "
+        say_error(f"launcher {args.launcher} has no setting for --{', --'.join(wrong)} (its settings: "
                f"{', '.join(k for k in settings if not k.startswith('_'))})")
         return EXIT_CONFIG
     log_dir = Path(args.log_dir or Path("multirun") / args.experiment / time.strftime("%Y-%m-%d_%H-%M-%S")).resolve()
@@ -311,7 +308,7 @@ def launch(args, cells: list) -> int:
     try:
         cfg, context = _compose(args.launcher, log_dir, f"bnnbench-{args.experiment}", _overrides(args, n_jobs))
     except (HydraException, OmegaConfBaseException) as e:
-        _error(f"launcher {args.launcher}: {str(e).splitlines()[0]}")
+        say_error(f"launcher {args.launcher}: {str(e).splitlines()[0]}")
         return EXIT_CONFIG
     cores = max(1, available_cores() // n_jobs) if joblib else None   # as each cell of reproduce --jobs N
     task = _Task(args.experiment, args.runs_root, jobs, os.getcwd(), cores)

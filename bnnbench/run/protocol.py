@@ -16,50 +16,33 @@ command line always wins:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from bnnbench.run.config import CommandLine, ConfigError
+from bnnbench.run.schema import ProtocolSettings
 
 PROTOCOL_KEYS = ("epochs", "steps", "batch_size", "eval_samples", "eval_every")
 
 
-@dataclass
-class RunSpec:
+@dataclass(kw_only=True)
+class RunSpec(ProtocolSettings):
+    """The settings of one run: the protocol's ``ProtocolSettings`` as resolved, and what ``resolve`` derives per
+    method, size and data set."""
     method: DictConfig
     model_hidden: list[int]
     activation: str
-    task: str
     likelihood: str
     epochs: int
     batch_size: int
     eval_samples: int
     eval_every: int | None
-    normalize_x: bool
-    normalize_y: bool
-    noise_prec_units: str          # "original" | "normalised"
-    bias_prior_prec: float | None  # None: biases share the weights' prior precision
-    loglik: str                    # which log-likelihood convention the paper reports
     space: dict = field(default_factory=dict)   # hyper-parameter -> {"log_range": [lo, hi]} | {"values": [...]}
     fixed: dict = field(default_factory=dict)   # hyper-parameter values used without selection
     hpo: dict = field(default_factory=dict)
-    splits: object = "all"
-    split_scheme: dict | None = None  # {"kind": "random", ...}: the protocol's own splits instead of the data set's
-    lr_drop: dict | None = None       # {"at": fraction of the epochs, "factor": f}: step sizes x f from then on
-    posterior_metrics: str | None = None  # "logreg": SLANG Table 1 metrics of the Gaussian q (methods/exact/logreg.py)
-    exact_gtol: float | None = None   # gradient tolerance of the exact (L-BFGS) solutions (posterior_metrics)
-    restarts: int | None = None       # replicas per split with their own initialisation and noise ("<split>/<k>")
-    eval_samples_final: int | None = None  # posterior samples of the final evaluation (None: eval_samples)
-    stages: list | None = None        # [{"split": name, "epochs": n}, ...]: train on each split in turn, state kept
-    subset: dict | None = None        # {"train": n, "test": m}: the first rows of each split only (fast protocols)
     steps: int | None = None          # gradient steps in place of ``epochs`` (``epochs_for``)
-    prior_scaling: str | None = None  # "fan_in": a layer's prior precision times (fan-in + 1), Neal's prior
-    save_predictive: bool | None = None  # regression: store the predictive mean and variance at the test rows (True)
-    active_learning: dict | None = None  # {"rounds": n, "acquire": "variance" | "random"} (bnnbench.run.active)
     conv: dict | None = None          # a convolutional network (model=vgg_*): {"arch", "fc", "batch_norm", "kernel"}
-    augment: dict | None = None       # {"crop_pad": p, "flip": bool}: random crops and flips of the training images
-    last_batch: str | None = None     # "short": an epoch's last minibatch holds the N mod B rows left (epoch_batches)
 
     def epochs_for(self, n_train_max: int) -> int:
         """The epochs of a run whose largest training set has ``n_train_max`` rows: ``epochs``, or with ``steps`` set
@@ -127,6 +110,23 @@ def _stages(stages) -> list | None:
         raise ConfigError(f"protocol.stages: every stage needs epochs > 0, got {out}")
     return out
 
+
+def _plain(value):
+    """A protocol value as plain Python (mappings and lists out of OmegaConf)."""
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
+
+
+def _positive_or_none(value) -> int | None:
+    return int(value) if value else None
+
+
+# how a ``ProtocolSettings`` key's value reaches the RunSpec (the others: as plain Python)
+_SETTING = {"restarts": _positive_or_none, "eval_samples_final": _positive_or_none, "stages": _stages,
+            "augment": _augment, "prior_scaling": _prior_scaling, "normalize_x": bool, "normalize_y": bool,
+            "save_predictive": lambda v: True if v else None,
+            "exact_gtol": lambda v: float(v) if v is not None else None,
+            "subset": lambda v: _plain(v) or None, "split_scheme": lambda v: _plain(v) or None,
+            "lr_drop": lambda v: _plain(v) or None, "active_learning": lambda v: _plain(v) or None}
 
 def _method_settings(cfg: DictConfig, proto, size, ds, given: CommandLine) -> dict:
     """The method's settings: its config, then each protocol layer's ``method`` (settings the method has) and
@@ -211,20 +211,40 @@ def _search_space(cfg: DictConfig, ds, meta: dict | None) -> tuple[dict, dict]:
 
 
 def _hpo_settings(cfg: DictConfig, proto, ds, given: CommandLine) -> dict:
-    """The search's settings: ``hpo=<kind>``'s, then the protocol's (``default_kind`` must be the one chosen) and
-    the data set's GP length scales, the command line's kept."""
+    """The search's settings (``schema.SEARCHES[kind]``, its defaults filled in): ``hpo=<kind>``'s, then the protocol's
+    (``default_kind`` must be the one chosen; keys of other kinds of search are not this one's) and the data set's GP
+    length scales, the command line's kept."""
+    from dataclasses import asdict, fields
+
+    from omegaconf.errors import OmegaConfBaseException
+
+    from bnnbench.run.schema import SEARCHES
     hpo = OmegaConf.to_container(cfg.hpo, resolve=True)
+    kind = hpo.get("kind")
+    if kind not in SEARCHES:
+        raise ConfigError(f"unknown hpo.kind {kind!r}; valid: {', '.join(SEARCHES)}")
+    search = SEARCHES[kind]
+    own = {f.name for f in fields(search)}
+    if foreign := sorted(k for k in given.sets("hpo") if k not in own):
+        raise ConfigError(f"hpo={kind} has no setting {', '.join(foreign)}; valid: {', '.join(sorted(own))}")
     proto_hpo = OmegaConf.to_container(proto.hpo, resolve=True) if proto.get("hpo") else {}
     for k, v in proto_hpo.items():
         if k == "default_kind":
-            if "hpo" not in given.chosen and v != hpo["kind"]:
+            if "hpo" not in given.chosen and v != kind:
                 raise ConfigError(f"protocol {proto.name!r} selects hyper-parameters with hpo={v}; "
                                   f"add hpo={v} (or hpo=fixed to use fixed values)")
         elif k not in given.sets("hpo"):
             hpo[k] = v
     if ds.get("length_scales") is not None and "length_scales" not in given.sets("hpo"):
         hpo["length_scales"] = list(ds.length_scales)
-    return hpo
+    if kind == "recorded" and not hpo.get("record"):
+        raise ConfigError("hpo=recorded needs hpo.record=<the run directory whose hyper-parameters it reuses>")
+    given_values = {k: v for k, v in hpo.items() if k in own and v is not None}
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(search), given_values)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"protocol {proto.name!r}, hpo.{e.full_key}: {str(e).splitlines()[0]}") from None
+    return asdict(OmegaConf.to_object(typed))
 
 
 def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None = None) -> RunSpec:
@@ -245,30 +265,11 @@ def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None
     space, fixed = _search_space(cfg, ds, meta)
     hpo = _hpo_settings(cfg, proto, ds, given)
 
-    likelihood = {"regression": "gaussian", "binary": "bernoulli", "multiclass": "categorical"}[proto.task]
-    return RunSpec(method=OmegaConf.create(method), model_hidden=hidden,
-                   activation=cfg.model.get("activation", "relu"), task=proto.task, likelihood=likelihood,
+    settings = {f.name: _SETTING.get(f.name, _plain)(proto.get(f.name, f.default)) for f in fields(ProtocolSettings)}
+    likelihood = {"regression": "gaussian", "binary": "bernoulli", "multiclass": "categorical"}[settings["task"]]
+    return RunSpec(**settings, method=OmegaConf.create(method), model_hidden=hidden,
+                   activation=cfg.model.get("activation", "relu"), likelihood=likelihood,
                    epochs=int(vals["epochs"]), batch_size=int(vals["batch_size"]),
                    eval_samples=int(vals["eval_samples"]),
                    eval_every=int(vals["eval_every"]) if vals["eval_every"] else None,
-                   normalize_x=bool(proto.get("normalize_x", True)), normalize_y=bool(proto.get("normalize_y", True)),
-                   noise_prec_units=proto.get("noise_prec_units", "normalised"),
-                   bias_prior_prec=proto.get("bias_prior_prec"), loglik=proto.get("loglik", "joint"),
-                   space=space, fixed=fixed, hpo=hpo,
-                   split_scheme=OmegaConf.to_container(proto.split_scheme) if proto.get("split_scheme") else None,
-                   lr_drop=OmegaConf.to_container(proto.lr_drop) if proto.get("lr_drop") else None,
-                   posterior_metrics=proto.get("posterior_metrics"),
-                   exact_gtol=float(proto.exact_gtol) if proto.get("exact_gtol") is not None else None,
-                   restarts=int(proto.restarts) if proto.get("restarts") else None,
-                   eval_samples_final=int(proto.eval_samples_final) if proto.get("eval_samples_final") else None,
-                   stages=_stages(proto.get("stages")), steps=steps,
-                   save_predictive=True if proto.get("save_predictive") else None,
-                   active_learning=OmegaConf.to_container(proto.active_learning)
-                   if proto.get("active_learning") else None,
-                   conv=_conv(cfg.model), augment=_augment(proto.get("augment")),
-                   last_batch=proto.get("last_batch"),
-                   prior_scaling=_prior_scaling(proto.get("prior_scaling")),
-                   subset=OmegaConf.to_container(proto.subset) if proto.get("subset") else None,
-                   splits=OmegaConf.to_container(proto.splits)
-                   if isinstance(proto.get("splits"), DictConfig) or OmegaConf.is_list(proto.get("splits"))
-                   else proto.get("splits", "all"))
+                   space=space, fixed=fixed, hpo=hpo, steps=steps, conv=_conv(cfg.model))

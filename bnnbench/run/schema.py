@@ -6,27 +6,21 @@ sets it (``protocol.batch_size=32`` on a protocol that sets batch sizes per data
 ``None`` means "not set here": a protocol's per-size or per-data-set value, or the engine's behaviour without it.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, make_dataclass
 from typing import Any, Optional
 
 
-@dataclass
-class ProtocolSchema:
-    name: str = "???"
+@dataclass(kw_only=True)
+class ProtocolSettings:
+    """The keys of a protocol that reach a run (``protocol.RunSpec``) under their own names, declared once: their
+    types, and what an unset key means."""
     task: str = "regression"                # regression | binary | multiclass
     splits: Any = "all"                     # all | <first n> | [names]
     split_scheme: Any = None                # {kind: random, n_splits, test_fraction, seed}: the protocol's own splits
     restarts: Optional[int] = None          # replicas per split with their own initialisation ("<split>/<k>")
     subset: Any = None                      # {train: n, test: m}: the first rows of each split (fast protocols)
     stages: Any = None                      # [{split, epochs}, ...]: train on each split in turn, state kept
-    epochs: Optional[int] = None
-    steps: Any = None                       # gradient steps instead of epochs (epochs = ceil(steps / batches per
-                                            # epoch)): an int, or {default: n, <method>: n} per method
-    batch_size: Optional[int] = None
-    eval_samples: Optional[int] = None      # posterior samples per evaluation
-    eval_samples_final: Optional[int] = None
-    eval_every: Optional[int] = None        # epochs between evaluations kept for convergence plots
-    hidden: Any = None                      # hidden widths, e.g. [50]; "meta:<key>" reads the data set's metadata
+    eval_samples_final: Optional[int] = None  # posterior samples of the final evaluation (None: eval_samples)
     normalize_x: bool = True
     normalize_y: bool = True
     noise_prec_units: str = "normalised"    # original | normalised: the units of tau in the search box
@@ -46,6 +40,19 @@ class ProtocolSchema:
     posterior_metrics: Optional[str] = None  # logreg: SLANG Table 1's metrics of a Gaussian q
     exact_gtol: Optional[float] = None      # gradient tolerance of the exact (L-BFGS) solutions
     lr_drop: Any = None                     # {at: fraction of the epochs, factor: f}
+
+
+@dataclass(kw_only=True)
+class ProtocolSchema(ProtocolSettings):
+    """Every key a protocol file may set: ``ProtocolSettings`` and the keys resolved per size, data set and method."""
+    name: str = "???"
+    epochs: Optional[int] = None
+    steps: Any = None                       # gradient steps instead of epochs (epochs = ceil(steps / batches per
+                                            # epoch)): an int, or {default: n, <method>: n} per method
+    batch_size: Optional[int] = None
+    eval_samples: Optional[int] = None      # posterior samples per evaluation
+    eval_every: Optional[int] = None        # epochs between evaluations kept for convergence plots
+    hidden: Any = None                      # hidden widths, e.g. [50]; "meta:<key>" reads the data set's metadata
     hpo: Any = None                         # the search's settings under this protocol (default_kind, n_random, ...)
     method: Any = None                      # settings of every method under this protocol
     methods: Any = None                     # {<method>: settings of that method}
@@ -54,25 +61,67 @@ class ProtocolSchema:
 
 
 @dataclass
-class HpoSchema:
-    kind: str = "fixed"                     # fixed | grid | bo | recorded
-    folds: Optional[int] = None             # K of the K-fold cross-validation inside each training split
-    use_folds: Optional[int] = None         # train only the first folds of the K
-    cv_seed: Optional[int] = None
-    metric: Optional[str] = None            # the CV score maximised (default loglik_joint)
-    failed_score: Optional[float] = None    # the score of a diverged candidate
-    eval_samples: Optional[int] = None
-    grid_points: Optional[int] = None       # grid: points per log-range dimension
-    n_random: Optional[int] = None          # bo: random initial points per split
-    n_iter: Optional[int] = None            # bo: proposals after them
-    batch: Optional[int] = None             # bo: proposals per round
-    alpha: Optional[float] = None           # bo: GP noise
-    length_scales: Optional[list] = None    # bo: initial GP length-scales (log space)
-    fit_length_scales: Optional[bool] = None
-    gp_restarts: Optional[int] = None
-    acq_candidates: Optional[int] = None    # bo: random points of the EI maximisation (None: 10 000)
-    acq_polish: Optional[int] = None        # bo: of those, polished by L-BFGS-B (None: 5)
-    record: Optional[str] = None            # recorded: the run directory whose hyper-parameters are reused
+class FixedSearch:
+    """``hpo=fixed``: no selection; the protocol's fixed values (the centre of its search box in log space), or the
+    ``hparams.<name>`` given."""
+    kind: str = "fixed"
 
 
+@dataclass
+class RecordedSearch:
+    """``hpo=recorded``: the per-split hyper-parameters stored in an earlier record (``hpo.record=<run dir>``)."""
+    kind: str = "recorded"
+    record: Optional[str] = None            # the run directory whose hyper-parameters are reused (required)
+
+
+@dataclass
+class CVSearch:
+    """A search scored by K-fold cross-validation of each split's training rows (never its test rows)."""
+    folds: int = 5                          # K
+    use_folds: Optional[int] = None         # train only the first folds of the K (None: all)
+    cv_seed: int = 123                      # KFold(shuffle, random_state=cv_seed), as the SLANG and Vadam code
+    metric: str = "loglik_joint"            # the CV score maximised, original units
+    failed_score: float = -5.0              # the score of a diverged candidate (the SLANG code)
+    eval_samples: Optional[int] = None      # MC samples of the validation (None: the protocol's)
+
+
+@dataclass
+class GridSearch(CVSearch):
+    """``hpo=grid``: every point of a grid over the search box, per split."""
+    kind: str = "grid"
+    grid_points: int = 5                    # points per log-range dimension (value lists are used as given)
+
+
+@dataclass
+class BoSearch(CVSearch):
+    """``hpo=bo``: Bayesian optimisation per split, as bayes_opt 0.6.0 in the SLANG and Vadam code: random points,
+    then expected-improvement proposals on a Matern-5/2 GP whose length-scales start at the protocol's values and
+    are re-fitted every step."""
+    kind: str = "bo"
+    n_random: int = 5                       # random initial points per split
+    n_iter: int = 25                        # proposals after them
+    batch: int = 1                          # proposals per round per split (kriging believer when > 1)
+    alpha: float = 1e-2                     # GP noise
+    length_scales: Optional[list] = None    # initial GP length-scales (log space): per protocol data set, else 1 each
+    fit_length_scales: bool = True          # re-fit them by marginal likelihood each step (bayes_opt 0.6.0)
+    gp_restarts: int = 25                   # random restarts of that fit
+    acq_candidates: int = 10000             # random points of the EI maximisation (bayes_opt 0.6.0: 100 000)
+    acq_polish: int = 5                     # of those, polished by L-BFGS-B (bayes_opt 0.6.0: 250)
+
+
+# hpo.kind -> its settings, each key with its type and default declared once (here)
+SEARCHES = {"fixed": FixedSearch, "recorded": RecordedSearch, "grid": GridSearch, "bo": BoSearch}
+
+
+def _any_search() -> type:
+    """Every key a search of any kind may set, optional: what a command-line ``hpo.<key>=`` is checked against before
+    the kind is known (``protocol.resolve`` then refuses a key the chosen kind has not)."""
+    seen = {}
+    for cls in SEARCHES.values():
+        for f in fields(cls):
+            seen.setdefault(f.name, Optional[f.type] if f.name != "kind" else str)
+    return make_dataclass("HpoSchema", [(k, t, None if k != "kind" else "fixed") for k, t in seen.items()])
+
+
+HpoSchema = _any_search()
 SCHEMAS = {"protocol": ProtocolSchema, "hpo": HpoSchema}

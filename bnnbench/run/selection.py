@@ -34,19 +34,19 @@ class _FoldScores:
     def __init__(self, spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress, workers, compile):
         hpo = spec.hpo
         self.spec, self.ds, self.names = spec, ds, list(spec.space)
-        K = int(hpo.get("folds", 5))
-        self.n_folds = int(hpo.get("use_folds") or K)
+        K = hpo["folds"]
+        self.n_folds = hpo["use_folds"] or K
         self.n_splits = len(splits)
-        self.metric = hpo.get("metric", "loglik_joint")
-        self.failed = float(hpo.get("failed_score", -5.0))
+        self.metric = hpo["metric"]
+        self.failed = hpo["failed_score"]
         self.pairs = []
         for s in splits:
-            for a, b in kfold_indices(len(s.train), K, int(hpo.get("cv_seed", 123)))[:self.n_folds]:
+            for a, b in kfold_indices(len(s.train), K, hpo["cv_seed"])[:self.n_folds]:
                 self.pairs.append((s.train[a], s.train[b]))
         self.gen = torch.Generator(device=device).manual_seed(seed + 1)
         self.trace = [[] for _ in splits]
         self.fit_options = dict(device=device, dtype=dtype, stop_on_divergence=False,
-                                eval_samples=hpo.get("eval_samples"), progress=progress, compile=compile)
+                                eval_samples=hpo["eval_samples"], progress=progress, compile=compile)
         self.workers = workers
 
     def hparams(self, point) -> dict:
@@ -100,7 +100,7 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
 def _grid_search(spec: RunSpec, scores: _FoldScores, log):
     """Every point of the grid (``hpo.grid_points`` per log-range axis, or the axis' values) for every split."""
     names, n_s = scores.names, scores.n_splits
-    axes = [np.linspace(*spec.space[n]["log_range"], int(spec.hpo.get("grid_points", 5)))
+    axes = [np.linspace(*spec.space[n]["log_range"], spec.hpo["grid_points"])
             if "log_range" in spec.space[n] else spec.space[n]["values"] for n in names]
     grid = grid_points(axes)
     mean, wall = scores([grid] * n_s)
@@ -117,14 +117,14 @@ def _bayes_opt(spec: RunSpec, scores: _FoldScores, seed: int, resume: Path | Non
     if any("log_range" not in spec.space[n] for n in names):
         raise ConfigError("hpo=bo needs a log_range for every searched hyper-parameter")
     bounds = np.array([spec.space[n]["log_range"] for n in names])
-    ls = hpo.get("length_scales") or [1.0] * len(names)
-    opts = [GPBayesOpt(bounds, ls, n_random=int(hpo["n_random"]), alpha=float(hpo.get("alpha", 1e-2)),
-                       seed=seed * 1000 + i, fit_length_scales=bool(hpo.get("fit_length_scales", True)),
-                       gp_restarts=int(hpo.get("gp_restarts", 25)),
-                       n_candidates=int(hpo.get("acq_candidates") or 10000),
-                       n_polish=int(hpo.get("acq_polish") or 5)) for i in range(n_s)]
-    total = int(hpo["n_random"]) + int(hpo["n_iter"])
-    q = int(hpo.get("batch", 1))
+    ls = hpo["length_scales"] or [1.0] * len(names)
+    opts = [GPBayesOpt(bounds, ls, n_random=hpo["n_random"], alpha=hpo["alpha"],
+                       seed=seed * 1000 + i, fit_length_scales=hpo["fit_length_scales"],
+                       gp_restarts=hpo["gp_restarts"],
+                       n_candidates=hpo["acq_candidates"],
+                       n_polish=hpo["acq_polish"]) for i in range(n_s)]
+    total = hpo["n_random"] + hpo["n_iter"]
+    q = hpo["batch"]
     rounds = torch.load(resume, weights_only=False) if resume is not None and Path(resume).exists() else []
     done, k, replayed_s = 0, 0, 0.0
     while done < total:

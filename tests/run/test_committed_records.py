@@ -78,6 +78,31 @@ def test_migration_explains_only_changes_that_cannot_move_numbers():
     assert unexplained(old, other_default, "bbb") == ["spec.method.noise_lr_drop: null -> false"]
 
 
+def test_migration_from_schema_2_explains_the_defaults_that_became_values():
+    """Schema 3 stores noisy K-FAC's ``momentum_type`` and the inducing families' ``arch`` as values; a schema-2 record
+    held ``None`` there. Only that is explained, and only from a record older than the schema that moved it."""
+    from bnnbench.run.migrate import as_schema, unexplained
+    new = {"config_schema": 3, "method": "noisy_kfac", "seed": 0,
+           "spec": {"epochs": 40, "method": {"name": "noisy_kfac", "momentum_type": "ema", "lr": 0.01}}}
+    old = as_schema(new, 2)
+    assert old["config_schema"] == 2 and old["spec"]["method"]["momentum_type"] is None
+    assert unexplained(old, new, "noisy_kfac") == []
+    heavy = {**new, "spec": {**new["spec"], "method": {**new["spec"]["method"], "momentum_type": "heavy_ball"}}}
+    assert as_schema(heavy, 2)["spec"]["method"]["momentum_type"] == "heavy_ball"   # set, not a default: kept
+    assert unexplained(old, heavy, "noisy_kfac") == ["spec.method.momentum_type: null -> \"heavy_ball\""]
+    current = {**old, "config_schema": 3}   # a schema-3 record with None there is not explained by the move
+    assert unexplained(current, new, "noisy_kfac") == ["spec.method.momentum_type: null -> \"ema\""]
+    assert unexplained({**old, "compile": None}, {**new, "compile": False, "threads": 1}, "noisy_kfac") == []
+    assert unexplained(old, {**new, "threads": 2}, "noisy_kfac") == ["threads: null -> 2"]
+    searched = {**new, "spec": {**new["spec"], "hpo": {"kind": "grid", "folds": 5, "grid_points": 5, "cv_seed": 123}}}
+    before = {**old, "spec": {**old["spec"], "hpo": {"kind": "grid", "folds": 5, "grid_points": None, "n_random": 5}}}
+    assert unexplained(before, searched, "noisy_kfac") == []   # grid_points now its default; n_random not grid's
+    moved_search = {**before, "spec": {**before["spec"], "hpo": {**before["spec"]["hpo"], "folds": 3}}}
+    assert unexplained(moved_search, searched, "noisy_kfac") == ["spec.hpo.folds: 3 -> 5"]
+    gi = {"config_schema": 3, "method": "gi", "spec": {"method": {"name": "gi", "arch": "mlp"}}}
+    assert unexplained(as_schema(gi, 2), gi, "gi") == [] and unexplained(as_schema(gi, 1), gi, "gi") == []
+
+
 def test_committed_sampler_diagnostics_have_no_negative_or_uncapped_ess():
     """Every ESS a committed record's ``diagnostics`` hold (HMC: the smallest bulk ESS of the test predictions per
     split) lies in (0, S log10 S], S = chains x kept draws per chain: the range of Stan's and ArviZ's estimator

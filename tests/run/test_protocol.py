@@ -68,7 +68,7 @@ def test_the_protocol_chooses_the_search_unless_the_command_line_does():
 
 def test_last_batch_and_the_acquisition_settings_reach_the_run(monkeypatch):
     """``protocol.last_batch`` reaches the RunSpec (None unless set, so earlier records keep their hash) and
-    ``hpo.acq_candidates`` / ``hpo.acq_polish`` reach every split's ``GPBayesOpt`` (None: 10 000 and 5)."""
+    ``hpo.acq_candidates`` / ``hpo.acq_polish`` reach every split's ``GPBayesOpt`` (defaults: 10 000 and 5)."""
     import types
 
     import numpy as np
@@ -95,3 +95,30 @@ def test_last_batch_and_the_acquisition_settings_reach_the_run(monkeypatch):
         with pytest.raises(Stop):
             selection.select_hparams(spec, None, splits, 0, device="cpu", dtype=None)
         assert [(k["n_candidates"], k["n_polish"]) for k in made] == [want, want]
+
+
+def test_a_search_holds_the_settings_of_its_kind_with_their_declared_defaults():
+    """Each kind of search declares its keys, types and defaults once (``schema.SEARCHES``); the hpo files only choose
+    the kind, and the protocol's ``hpo:`` keys of another kind are not the run's (nothing reads them)."""
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from bnnbench.run.config import config_dir
+    from bnnbench.run.schema import SEARCHES, BoSearch
+    for f in Path(config_dir(), "hpo").glob("*.yaml"):
+        assert set(OmegaConf.load(f)) == {"kind"}, f"{f}: settings belong in schema.SEARCHES, not in the file"
+    assert _spec("method=slang", "data=uci/yacht").hpo == {"kind": "fixed"}   # slang_uci's hpo: block is bo's
+    bo = _spec("method=slang", "data=uci/yacht", "hpo=bo").hpo
+    assert set(bo) == set(asdict(BoSearch())) and bo["acq_candidates"] == 10000 and bo["folds"] == 5
+    assert set(SEARCHES) == {"fixed", "recorded", "grid", "bo"}
+
+
+def test_a_search_setting_of_another_kind_or_a_recorded_search_without_its_record_is_refused():
+    with pytest.raises(ConfigError, match=r"hpo=grid has no setting n_random; valid: .*grid_points"):
+        _spec("method=slang", "data=uci/yacht", "hpo=grid", "hpo.n_random=3")
+    with pytest.raises(ConfigError, match=r"hpo=recorded needs hpo.record="):
+        _spec("method=slang", "data=uci/yacht", "hpo=recorded")
+    cfg = compose(["protocol=slang_uci", "method=slang", "data=uci/yacht", "hpo=bo"])
+    OmegaConf.update(cfg, "protocol.hpo.n_iter", "many", force_add=True)
+    with pytest.raises(ConfigError, match="protocol 'slang_uci', hpo.n_iter"):
+        resolve(cfg, CommandLine.parse(["hpo=bo"]))

@@ -39,8 +39,7 @@ NET_SETTINGS = ("inducing", "local_reparam", "var_init_mult", "log_prec_init", "
 @dataclass(frozen=True)
 class InducingFamilyConfig(MethodConfig):
     prior: str = "neal"                 # standard | neal | scale | spatial_iw
-    # unset (None) settings are left out of a record's configuration hash: records of the MLP families stay valid
-    arch: Optional[str] = None          # mlp (None: the protocol's MLP) | mnist500_cnn | resnet8
+    arch: str = "mlp"                   # mlp (the protocol's MLP) | mnist500_cnn | resnet8
     image_shape: Optional[List[int]] = None  # (C, H, W) of the inputs; None: the data set's
     channels: Optional[int] = None      # convolutional channels (None: the architecture's: 64 mnist500_cnn, 32 resnet8)
     train_samples: int = 1              # MC samples per step (1: the authors' CIFAR-10 script)
@@ -99,7 +98,7 @@ class InducingFamily(Method):
         c = self.cfg
         self.check_settings(c)
         image_shape = c.image_shape or model.input_shape   # unset: the data set's (the network's)
-        modules, in_shape = build_arch(c.arch or "mlp", model.sizes, image_shape, model.activation, c.channels or 0)
+        modules, in_shape = build_arch(c.arch, model.sizes, image_shape, model.activation, c.channels or 0)
         own = {k: getattr(c, k) for k in NET_SETTINGS if hasattr(c, k)}   # the family's own (FacConfig, GIConfig...)
         self.net = InducingNet(modules, self.family, c.prior, in_shape=in_shape, n_inducing=own.pop("inducing", 0),
                                activation=model.activation, **own)
@@ -111,7 +110,7 @@ class InducingFamily(Method):
     @classmethod
     def check_settings(cls, c: InducingFamilyConfig) -> None:
         check_prior(c.prior)
-        if (c.arch or "mlp") not in ARCHS:
+        if c.arch not in ARCHS:
             raise ValueError(f"unknown architecture {c.arch!r}; valid: {', '.join(ARCHS)}")
         if isinstance(c, GIConfig) and c.inducing_init not in INDUCING_INITS:
             raise ValueError(f"unknown inducing_init {c.inducing_init!r}; valid: {', '.join(INDUCING_INITS)}")

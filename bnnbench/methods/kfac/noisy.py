@@ -160,9 +160,9 @@ class NoisyKFACConfig(gamma_noise.NoiseConfig):
     T_inv: int = 1                      # inverses of the damped factors every T_inv steps
     factor_init: float = 1.0            # A, S start at factor_init * I (the code's I + T T^T is random, not reproduced)
     momentum: float = 0.9               # on V, bias-corrected (regression/ops/mvg_optimizer.py); 0 = Alg. 2
-    # ema (None): the regression code's m <- mu m + (1 - mu) V, bias-corrected, before preconditioning; heavy_ball:
-    # the classification code's tf.contrib.kfac velocity u <- mu u + (clipped preconditioned step), the step alpha u
-    momentum_type: Optional[str] = None
+    # ema: the regression code's m <- mu m + (1 - mu) V, bias-corrected, before preconditioning; heavy_ball: the
+    # classification code's tf.contrib.kfac velocity u <- mu u + (clipped preconditioned step), the step alpha u
+    momentum_type: str = "ema"
     train_samples: int = 10
     init_mean: str = "uniform_fan_in"   # uniform_fan_in | zero | xavier_uniform (a ConvNet's: the CIFAR-10 code's)
     # KL clipping (CIFAR-10, App. C.2): the step times min(1, sqrt(c_k / (alpha^2 v^T F v))), c_k = kl_clip x
@@ -300,7 +300,7 @@ class NoisyKFAC(_NoisyBase):
 
     @classmethod
     def check_settings(cls, cfg) -> None:
-        if cfg.momentum_type not in (None, "ema", "heavy_ball"):
+        if cfg.momentum_type not in ("ema", "heavy_ball"):
             raise ValueError(f"momentum_type must be ema or heavy_ball, got {cfg.momentum_type!r}")
         if cfg.kl_clip_decay is not None and not cfg.kl_clip_every:
             raise ValueError("kl_clip_decay needs kl_clip_every (the steps between decays)")
