@@ -128,6 +128,7 @@ _SETTING = {"restarts": _positive_or_none, "eval_samples_final": _positive_or_no
             "subset": lambda v: _plain(v) or None, "split_scheme": lambda v: _plain(v) or None,
             "lr_drop": lambda v: _plain(v) or None, "active_learning": lambda v: _plain(v) or None}
 
+
 def _method_settings(cfg: DictConfig, proto, size, ds, given: CommandLine) -> dict:
     """The method's settings: its config, then each protocol layer's ``method`` (settings the method has) and
     ``methods.<name>`` (which must all be the method's), the command line's kept over both; typed."""
@@ -212,8 +213,9 @@ def _search_space(cfg: DictConfig, ds, meta: dict | None) -> tuple[dict, dict]:
 
 def _hpo_settings(cfg: DictConfig, proto, ds, given: CommandLine) -> dict:
     """The search's settings (``schema.SEARCHES[kind]``, its defaults filled in): ``hpo=<kind>``'s, then the protocol's
-    (``default_kind`` must be the one chosen; keys of other kinds of search are not this one's) and the data set's GP
-    length scales, the command line's kept."""
+    (``default_kind`` must be the one chosen) and the data set's GP length scales, the command line's kept. Keys of
+    other kinds of search, from the protocol or the command line, are not this one's: a ``reproduce`` gives its
+    overrides to every cell, and a cell that reuses another's selection (``hpo=recorded``) or has none ignores them."""
     from dataclasses import asdict, fields
 
     from omegaconf.errors import OmegaConfBaseException
@@ -225,8 +227,6 @@ def _hpo_settings(cfg: DictConfig, proto, ds, given: CommandLine) -> dict:
         raise ConfigError(f"unknown hpo.kind {kind!r}; valid: {', '.join(SEARCHES)}")
     search = SEARCHES[kind]
     own = {f.name for f in fields(search)}
-    if foreign := sorted(k for k in given.sets("hpo") if k not in own):
-        raise ConfigError(f"hpo={kind} has no setting {', '.join(foreign)}; valid: {', '.join(sorted(own))}")
     proto_hpo = OmegaConf.to_container(proto.hpo, resolve=True) if proto.get("hpo") else {}
     for k, v in proto_hpo.items():
         if k == "default_kind":

@@ -113,9 +113,11 @@ def test_a_search_holds_the_settings_of_its_kind_with_their_declared_defaults():
     assert set(SEARCHES) == {"fixed", "recorded", "grid", "bo"}
 
 
-def test_a_search_setting_of_another_kind_or_a_recorded_search_without_its_record_is_refused():
-    with pytest.raises(ConfigError, match=r"hpo=grid has no setting n_random; valid: .*grid_points"):
-        _spec("method=slang", "data=uci/yacht", "hpo=grid", "hpo.n_random=3")
+def test_a_search_ignores_settings_of_another_kind_and_refuses_a_recorded_search_without_its_record():
+    # reproduce gives its overrides (hpo.n_random=...) to every cell, also to those that reuse a selection or have none
+    assert "n_random" not in _spec("method=slang", "data=uci/yacht", "hpo=grid", "hpo.n_random=3").hpo
+    assert _spec("method=slang", "data=uci/yacht", "hpo=recorded", "hpo.record=x", "hpo.n_iter=2").hpo == {
+        "kind": "recorded", "record": "x"}
     with pytest.raises(ConfigError, match=r"hpo=recorded needs hpo.record="):
         _spec("method=slang", "data=uci/yacht", "hpo=recorded")
     cfg = compose(["protocol=slang_uci", "method=slang", "data=uci/yacht", "hpo=bo"])
