@@ -6,5 +6,6 @@ import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# absolute (a relative setting, ``BNNBENCH_MIRROR=../shared/data``, is the caller's directory's), links kept as given
 MIRROR = Path(os.environ.get("BNNBENCH_TEST_MIRROR") or os.environ.get("BNNBENCH_MIRROR")
-              or REPO.parent / "shared" / "data")
+              or REPO.parent / "shared" / "data").absolute()
