@@ -30,11 +30,12 @@ from bnnbench.core.data import load_dataset
 from step_profile import CASES, Case  # bench/ is the script's folder, so it heads sys.path
 
 
-def rel_diff(a: dict, b: dict) -> float:
-    """max over the state's float tensors of max |a - b| / max |a|."""
+def rel_diff(a, b) -> float:
+    """max over the states' float tensors of max |a - b| / max |a|."""
     out = 0.0
-    for k, v in a.items():
-        if torch.is_tensor(v) and v.is_floating_point():
+    b = b.tensors()
+    for k, v in a.tensors().items():
+        if v.is_floating_point():
             w = b[k]
             out = max(out, float((v - w).abs().max() / v.abs().max().clamp_min(1e-30)))
     return out
@@ -45,7 +46,7 @@ class Compiled:
 
     def __init__(self, case: Case, **kw):
         self.c = case
-        self.state = dict(case.state)
+        self.state = case.state
         self.fn = torch.compile(case.method.step, dynamic=False, **kw)
         self.k = 0
 

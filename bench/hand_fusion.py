@@ -78,7 +78,7 @@ def chunked(fn, size):
         parts = []
         for lo in range(0, R, size):
             sl = slice(lo, min(R, lo + size))
-            sub = {k: v[sl] for k, v in state.items()}
+            sub = state[sl]
             b = type(batch)(batch.x[sl], batch.y[sl], batch.n_data[sl])
             parts.append(fn(method, sub, [(W[sl], bb[sl]) for W, bb in layers], b))
         return tuple(torch.cat(p) for p in zip(*parts))
@@ -111,7 +111,7 @@ def main():
     for R in [int(r) for r in args.replicas.split(",")]:
         c = Case(label, name, proto, R, ds)
         m, state, batch = c.method, c.state, c.batches[0]
-        layers = leaf_layers(m.model, state["mean"], m.std(state), m.noise(state, batch, c.g))
+        layers = leaf_layers(m.model, state.mean, m.std(state), m.noise(state, batch, c.g))
         ref = autograd(m, state, layers, batch)
         for vname, fn in variants:
             out = fn(m, state, layers, batch)   # compiles here

@@ -59,9 +59,9 @@ def main():
 
     def leapfrog():
         with torch.inference_mode():
-            method.leapfrog(state, q, p, grad, eps, steps, batch, mask, state["inv_mass"].unsqueeze(1))
+            method.leapfrog(state, q, p, grad, eps, steps, batch, mask, state.inv_mass.unsqueeze(1))
 
-    lam, tau = state["prior_prec"], state["noise_prec"]
+    lam, tau = state.prior_prec, state.noise_prec
 
     def forward_backward():
         theta = q.detach().requires_grad_(True)

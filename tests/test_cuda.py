@@ -12,7 +12,7 @@ import torch
 
 from bnnbench.run.config import compose
 from bnnbench.run.execute import execute
-from bnnbench.methods import METHODS, Batch, slice_state
+from bnnbench.methods import METHODS, Batch, State
 from bnnbench.core.models import MLP
 
 from datapaths import MIRROR
@@ -31,6 +31,8 @@ def _to(x, dev):
         return x.to(dev)
     if isinstance(x, Batch):
         return Batch(_to(x.x, dev), _to(x.y, dev), _to(x.n_data, dev))
+    if isinstance(x, State):
+        return x.map(lambda v: v.to(dev))
     if isinstance(x, dict):
         return {k: _to(v, dev) for k, v in x.items()}
     return type(x)(_to(v, dev) for v in x)
@@ -38,7 +40,7 @@ def _to(x, dev):
 
 def _comparable(key, value):
     """Eigenvector factors are defined up to sign: SLANG's ``U`` is compared through U U^T."""
-    if key == "U" and value.dim() == 3:
+    if key.rsplit(".", 1)[-1] == "U" and value.dim() == 3:
         return value @ value.transpose(1, 2)
     return value
 
@@ -51,16 +53,18 @@ def _setup(case, g):
     model = MLP([d_in, 6, 1])
     method = METHODS[name](method_cfg(name, **settings), model, "gaussian")
     R = 3
-    state = method.init(_problem(R, model, g), g)
-    B = int(state["n_data"].max()) if method.full_batch else 5
+    state = method.init(_problem(R, model, g, method.replica_hparams), g)
+    B = int(state.n_data.max()) if method.full_batch else 5
     batch = Batch(x=torch.randn(R, B, d_in, generator=g, dtype=DT), y=torch.randn(R, B, generator=g, dtype=DT),
-                  n_data=state["n_data"])
+                  n_data=state.n_data)
     return method, state, batch
 
 
 def _assert_same_step(case, new, stats, on_dev, stats_dev):
     """The device's step ``(on_dev, stats_dev)`` equals the CPU's ``(new, stats)``: every state entry on the device,
     of the same dtype, within 1e-8 relative (cuBLAS / cuSOLVER against LAPACK sum in other orders)."""
+    assert type(on_dev) is type(new), case
+    new, on_dev = new.tensors(), on_dev.tensors()
     assert on_dev.keys() == new.keys()
     for k in new:
         assert on_dev[k].device.type == DEVICE.type, (case, k)
@@ -96,10 +100,12 @@ def test_replica_update_equals_update_alone_on_the_device(case):
     noise = _to(method.noise(_to(state, "cpu"), _to(batch, "cpu"), g), DEVICE)
     new, stats = method.step(state, batch, noise)
     for r in range(batch.x.shape[0]):
-        alone, st = method.step(slice_state(state, r), Batch(batch.x[r:r + 1], batch.y[r:r + 1],
-                                                             batch.n_data[r:r + 1]), _slice_noise(noise, r))
-        for k in new:
-            assert torch.allclose(new[k][r:r + 1], alone[k], rtol=1e-10, atol=1e-12), (case, k, r)
+        alone, st = method.step(state[r], Batch(batch.x[r:r + 1], batch.y[r:r + 1], batch.n_data[r:r + 1]),
+                                _slice_noise(noise, r))
+        alone = alone.tensors()
+        assert alone.keys() == new.tensors().keys(), (case, r)
+        for k, v in new.tensors().items():
+            assert torch.allclose(v[r:r + 1], alone[k], rtol=1e-10, atol=1e-12), (case, k, r)
         assert torch.allclose(stats["objective"][r], st["objective"][0], rtol=1e-10)
 
 
@@ -121,7 +127,8 @@ def test_solved_methods_solve_alike_on_the_device(name, tmp_path, monkeypatch):
         data = ReplicaData.build(X, y, pairs, normalize_x=False, normalize_y=False, dtype=DT, device=dev)
         prior = torch.ones(1, model.n_params, dtype=DT, device=dev)
         out[str(dev)], _ = method.solve(Problem("bernoulli", data.n_train[data.data_index], prior), data, gtol=1e-9)
-    cpu, dev = out["cpu"], out[str(DEVICE)]
+    cpu, dev = out["cpu"].tensors(), out[str(DEVICE)].tensors()
+    assert dev.keys() == cpu.keys()
     for k in cpu:
         assert torch.allclose(dev[k].cpu(), cpu[k], rtol=1e-6, atol=1e-8), (name, k)
 
@@ -170,7 +177,7 @@ def test_conv_step_on_the_device_equals_the_step_on_the_cpu(name):
     state = method.init(Problem("categorical", torch.full((R,), 40.0, dtype=DT),
                                 torch.full((R, model.n_params), 10.0, dtype=DT)), g)
     batch = Batch(x=torch.randn(R, B, 72, generator=g, dtype=DT), y=torch.randint(0, 3, (R, B), generator=g),
-                  n_data=state["n_data"])
+                  n_data=state.n_data)
     for _ in range(3):
         noise = method.noise(state, batch, g)
         new, stats = method.step(state, batch, noise)

@@ -21,7 +21,8 @@ contract checks on it (``bnnbench.run.contract``).
 from __future__ import annotations
 
 from bnnbench.methods.adf.pbp import PBP
-from bnnbench.methods.base import Batch, Method, Predictive, Problem, slice_state
+from bnnbench.methods.base import Batch, Method, Predictive, Problem
+from bnnbench.methods.state import State, state_class
 from bnnbench.methods.exact.exact_gaussian import ExactFullGaussian, ExactMeanField
 from bnnbench.methods.gaussian.bbb import BBB
 from bnnbench.methods.gaussian.full_gaussian import FullGaussian
@@ -31,7 +32,8 @@ from bnnbench.methods.gaussian.vadam_matlab import VadamMatlab
 from bnnbench.methods.gaussian.vogn import VOGN
 from bnnbench.methods.inducing.method import (Factorised, FactorisedGlobalInducing, GlobalInducing, LocalInducing,
                                               RandomGlobalInducing)
-from bnnbench.methods.kfac.noisy import KFAC, NoisyAdam, NoisyKFAC
+from bnnbench.methods.kfac.kfac import KFAC
+from bnnbench.methods.kfac.noisy import NoisyAdam, NoisyKFAC
 from bnnbench.methods.kfac.noisy_blktri import NoisyKFACBlkTri
 from bnnbench.methods.point.map import MAP
 from bnnbench.methods.point.mc_dropout import MCDropout
@@ -93,5 +95,5 @@ def method_class(name: str) -> type[Method]:
     return METHODS[name]
 
 
-__all__ = ["Batch", "Method", "Predictive", "Problem", "slice_state", "METHODS", "method_class",
+__all__ = ["Batch", "Method", "Predictive", "Problem", "State", "state_class", "METHODS", "method_class",
            "UnknownMethodError", "PluginError", "plugin_methods", "ENTRY_POINT_GROUP"]

@@ -1,11 +1,11 @@
 """The one method interface (docs/design.md): ``init``, ``update`` (= ``noise`` then ``step``), ``predict``; or, for a
 method that is solved rather than stepped (``solved = True``), ``solve`` in place of ``init`` and ``update``.
 
-A method is bound to a model and a likelihood, like an optimiser is bound to parameters. Its state is
-a plain ``dict`` of tensors that all carry the replica axis first, so any replica (split, seed, fold,
-hyper-parameter candidate) can be sliced out and stepped alone. Hyper-parameters that differ between
-replicas (prior and noise precisions, and those a method declares in ``replica_hparams``, e.g. MC dropout's
-rates) live in the state too.
+A method is bound to a model and a likelihood, like an optimiser is bound to parameters. Its state is a typed
+``State`` (``methods/state.py``: a frozen dataclass of tensors that all carry the replica axis first), so any replica
+(split, seed, fold, hyper-parameter candidate) can be sliced out (``state[r]``) and stepped alone. Hyper-parameters
+that differ between replicas (prior and noise precisions, and those a method declares in ``replica_hparams``, e.g. MC
+dropout's rates, as fields of its state class) live in the state too.
 
 ``step`` is a pure function of (state, batch, noise, lr_scale): the random draws of an update are made by
 ``noise`` from a generator, so tests can replay exactly the same update on one replica alone; ``lr_scale``
@@ -24,8 +24,7 @@ import torch
 from bnnbench.core.likelihoods import Bernoulli, Categorical, Gaussian
 from bnnbench.methods import gamma_noise
 from bnnbench.methods.settings import MethodConfig
-
-State = dict  # str -> Tensor with leading replica axis
+from bnnbench.methods.state import State
 
 
 @dataclass
@@ -58,7 +57,7 @@ class Problem:
 
 def likelihood_of(state: State, kind: str):
     if kind == "gaussian":
-        return Gaussian(state["noise_prec"])
+        return Gaussian(state.noise_prec)
     if kind == "bernoulli":
         return Bernoulli()
     if kind == "categorical":
@@ -66,14 +65,13 @@ def likelihood_of(state: State, kind: str):
     raise ValueError(f"unknown likelihood {kind!r}; valid: gaussian, bernoulli, categorical")
 
 
-def hyper_state(problem: Problem) -> State:
-    state = {"n_data": problem.n_data, "prior_prec": problem.prior_prec}
-    if problem.noise_prec is not None:
-        state["noise_prec"] = problem.noise_prec
-    if problem.y_scale is not None:
-        state["y_scale"] = problem.y_scale
-    state.update(problem.hparams)
-    return state
+def hyper_state(problem: Problem) -> dict[str, torch.Tensor]:
+    """The fields of ``State`` (and a method's ``replica_hparams`` fields) that ``problem`` sets: a method's ``init``
+    builds its state class from them and its own tensors, ``MyState(**hyper_state(problem), mean=...)``; a trained
+    state continues on a new problem as ``state.replace(**hyper_state(problem))``."""
+    fields = {"n_data": problem.n_data, "prior_prec": problem.prior_prec, "noise_prec": problem.noise_prec,
+              "y_scale": problem.y_scale, **problem.hparams}
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 class Method:
@@ -169,9 +167,9 @@ class Method:
     def _predictive(self, state: State, f: torch.Tensor) -> Predictive:
         """The outputs ``f [R, S, T, d_out]`` with the state's Gaussian noise precision or, where it is learned
         (``gamma_noise``), tau_s ~ q(tau) per sample, as the noisy natural gradient authors' evaluation."""
-        if "log_ab" in state:
-            return Predictive(f=f, noise_prec=gamma_noise.sample_prec(state, f.shape[1]))
-        return Predictive(f=f, noise_prec=state.get("noise_prec"))
+        if state.noise_q is not None:
+            return Predictive(f=f, noise_prec=gamma_noise.sample_prec(state.noise_q, f.shape[1]))
+        return Predictive(f=f, noise_prec=state.noise_prec)
 
     def nll(self, state: State, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``-(1/S) sum_s mean_b log p(y_b | f_s)``, per replica ``[R]``."""
@@ -183,11 +181,3 @@ def standard_normal(mean: torch.Tensor, n_samples: int, generator: torch.Generat
     samples theta_s = mean + (a square root of the covariance) eps_s."""
     R, P = mean.shape
     return torch.randn(R, n_samples, P, generator=generator, device=mean.device, dtype=mean.dtype)
-
-
-def slice_state(state: State, index) -> State:
-    """The replicas ``index`` (an int keeps the axis) of every tensor in ``state``."""
-    if isinstance(index, int):
-        index = slice(index, index + 1)
-    return {k: v[index] for k, v in state.items()}
-

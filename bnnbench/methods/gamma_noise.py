@@ -21,6 +21,7 @@ import torch
 from bnnbench.core.errors import ConfigError
 from bnnbench.methods.adam import adam
 from bnnbench.methods.settings import MethodConfig
+from bnnbench.methods.state import Node, state_class
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -47,11 +48,20 @@ def learns_noise(cfg, likelihood: str) -> bool:
     return on
 
 
+@state_class
+class NoiseQ(Node):
+    """q(tau) = Gamma(a, b) per replica as ``log_ab = (log a, log b) [R, 2]``, with its Adam moments."""
+    log_ab: torch.Tensor
+    m_ab: torch.Tensor
+    v_ab: torch.Tensor
+
+
 def init_state(cfg, R: int, device, dtype) -> dict:
-    """q(tau) = the prior at the start; Adam moments at zero."""
+    """The state fields of a learned noise: q(tau) = the prior at the start (Adam moments at zero), and the
+    likelihood's precision E_q[tau] = a / b."""
     z = torch.full((R, 2), math.log(cfg.noise_prior_shape), device=device, dtype=dtype)
     z[:, 1] = math.log(cfg.noise_prior_rate)
-    return {"log_ab": z, "m_ab": torch.zeros_like(z), "v_ab": torch.zeros_like(z),
+    return {"noise_q": NoiseQ(log_ab=z, m_ab=torch.zeros_like(z), v_ab=torch.zeros_like(z)),
             "noise_prec": torch.exp(z[:, 0] - z[:, 1])}
 
 
@@ -70,21 +80,22 @@ def objective_grad(a, b, r2, a0, b0, n):
 
 def step(cfg, state, f, y, lr_scale: float) -> dict:
     """One Adam step on (log a, log b) from the outputs ``f [R, S, B, 1]`` of this step's samples; returns the
-    updated entries. The NNG code (regression/model.py) learns them at a constant rate: its x0.1 drop of alpha,
-    beta at half time (regression/train.py) leaves the noise alone (``noise_lr_drop: false``)."""
-    ab = state["log_ab"].exp()
+    updated state fields (``state.replace(**...)``); ``state.t`` is the step count before this step. The NNG code
+    (regression/model.py) learns them at a constant rate: its x0.1 drop of alpha, beta at half time
+    (regression/train.py) leaves the noise alone (``noise_lr_drop: false``)."""
+    q = state.noise_q
+    ab = q.log_ab.exp()
     a, b = ab[:, 0], ab[:, 1]
     r2 = (y.unsqueeze(1) - f.detach()[..., 0]).square().mean(dim=(1, 2))
-    gz = objective_grad(a, b, r2, cfg.noise_prior_shape, cfg.noise_prior_rate,
-                        state["n_data"].to(a.dtype))
-    t = state["t"] + 1
+    gz = objective_grad(a, b, r2, cfg.noise_prior_shape, cfg.noise_prior_rate, state.n_data.to(a.dtype))
+    t = state.t + 1
     scale = lr_scale if cfg.noise_lr_drop else 1.0
-    z_new, m, v = adam(state["log_ab"], gz, state["m_ab"], state["v_ab"], t, cfg.noise_lr * scale)
-    return {"log_ab": z_new, "m_ab": m, "v_ab": v, "noise_prec": torch.exp(z_new[:, 0] - z_new[:, 1])}
+    z_new, m, v = adam(q.log_ab, gz, q.m_ab, q.v_ab, t, cfg.noise_lr * scale)
+    return {"noise_q": NoiseQ(log_ab=z_new, m_ab=m, v_ab=v), "noise_prec": torch.exp(z_new[:, 0] - z_new[:, 1])}
 
 
-def sample_prec(state, n_samples: int) -> torch.Tensor:
+def sample_prec(q: NoiseQ, n_samples: int) -> torch.Tensor:
     """tau_s ~ q(tau), ``[R, n_samples]``, from torch's global generator (seeded by ``execute`` and in each
     worker process)."""
-    a, b = state["log_ab"][:, 0].exp(), state["log_ab"][:, 1].exp()
+    a, b = q.log_ab[:, 0].exp(), q.log_ab[:, 1].exp()
     return torch.distributions.Gamma(a[:, None].expand(-1, n_samples), b[:, None].expand(-1, n_samples)).sample()

@@ -4,6 +4,7 @@ A method of the suite or of another package (an entry point, ``bnnbench.methods`
 network with three replicas:
 
 * have a typed ``Config`` whose every setting has a default (Hydra composes ``method=<name>`` from it);
+* declare its state as a typed ``State`` (a ``@state_class`` subclass of ``bnnbench.methods.State``), not a dict;
 * keep its state finite through a few steps, with a finite objective (solved methods: a finite solution), its
   tensors values, not the step's autograd graph;
 * not modify the state it is given (``step`` returns a new state: the engine keeps the old one for checkpoints);
@@ -24,21 +25,11 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from bnnbench.methods import Batch, Problem, method_class, slice_state
+from bnnbench.methods import Batch, Problem, State, method_class
 from bnnbench.core.models import MLP
 
 DT = torch.float64
 R = 3
-
-
-def _clone(x):
-    if isinstance(x, torch.Tensor):
-        return x.clone()
-    if isinstance(x, dict):
-        return {k: _clone(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return type(x)(_clone(v) for v in x)
-    return x
 
 
 def slice_noise(noise, r):
@@ -51,7 +42,12 @@ def slice_noise(noise, r):
 
 
 def _finite(state) -> list[str]:
-    return [k for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
+    return [k for k, v in state.tensors().items() if v.is_floating_point() and not torch.isfinite(v).all()]
+
+
+def _typed(state) -> str | None:
+    return None if isinstance(state, State) else (
+        f"the state is a {type(state).__name__}: declare a methods.State subclass with @state_class")
 
 
 def _problem(likelihood: str, model: MLP, g: torch.Generator, dtype=DT, hparams: Mapping = ()) -> Problem:
@@ -96,29 +92,33 @@ def check_method(name: str, steps: int = 3) -> list[tuple[str, str | None]]:
         return out
     if cls.solved:
         return out + _check_solved(method)
-    x = torch.randn(R, 5 if not method.full_batch else int(state["n_data"].max()), 4, generator=g, dtype=DT)
+    out.append(("a typed state (a methods.State)", _typed(state)))
+    if out[-1][1]:
+        return out
+    x = torch.randn(R, 5 if not method.full_batch else int(state.n_data.max()), 4, generator=g, dtype=DT)
     y = (torch.randn(R, x.shape[1], generator=g, dtype=DT) if likelihood == "gaussian"
          else (torch.rand(R, x.shape[1], generator=g) < 0.5).to(DT))
-    batch = Batch(x, y, state["n_data"])
+    batch = Batch(x, y, state.n_data)
     finite = unchanged = invariant = None
     for _ in range(steps):
         noise = method.noise(state, batch, g)
-        before = _clone(state)
+        before = state.map(torch.clone).tensors()
         new, stats = method.step(state, batch, noise)
         if unchanged is None:
-            moved = [k for k in before if torch.is_tensor(before[k]) and not torch.equal(before[k], state[k])]
+            moved = [k for k, v in state.tensors().items() if not torch.equal(before[k], v)]
             unchanged = f"step modified the given state's {moved}" if moved else ""
         bad = _finite(new) + ([] if torch.isfinite(stats["objective"]).all() else ["objective"])
         finite = finite or (f"non-finite {bad} after a step" if bad else "")
         for r in range(R):
-            alone, st = method.step(slice_state(state, r), Batch(x[r:r + 1], y[r:r + 1], batch.n_data[r:r + 1]),
+            alone, st = method.step(state[r], Batch(x[r:r + 1], y[r:r + 1], batch.n_data[r:r + 1]),
                                     slice_noise(noise, r))
-            differ = [k for k in new if torch.is_tensor(new[k]) and not torch.allclose(
-                new[k][r:r + 1], alone[k], rtol=1e-10, atol=1e-12, equal_nan=True)]
+            alone = alone.tensors()
+            differ = [k for k, v in new.tensors().items() if not torch.allclose(
+                v[r:r + 1], alone[k], rtol=1e-10, atol=1e-12, equal_nan=True)]
             if differ and not invariant:
                 invariant = f"replica {r}'s step differs from its step alone in {differ}"
         state = new
-    held = [k for k, v in state.items() if torch.is_tensor(v) and v.requires_grad]
+    held = [k for k, v in state.tensors().items() if v.requires_grad]
     out.append(("the new state holds values, not the step's autograd graph",
                 f"state entries {held} require grad (each step's graph would hang on the next)" if held else None))
     out.append(("finite state and objective through a few steps", finite or None))
@@ -156,10 +156,10 @@ def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings:
             method = None
     if method is None:
         return "no tiny regression or classification problem to compare on"
-    x = torch.randn(R, 5 if not method.full_batch else int(state["n_data"].max()), 4, generator=g, dtype=dtype)
+    x = torch.randn(R, 5 if not method.full_batch else int(state.n_data.max()), 4, generator=g, dtype=dtype)
     y = (torch.randn(R, x.shape[1], generator=g, dtype=dtype) if lik == "gaussian"
          else (torch.rand(R, x.shape[1], generator=g) < 0.5).to(dtype))
-    batch = Batch(x, y, state["n_data"])
+    batch = Batch(x, y, state.n_data)
     step, rtol = compiled_step(method), COMPILED_RTOL[dtype]
     for k in range(steps):
         with contextlib.nullcontext() if method.needs_autograd else torch.inference_mode():
@@ -170,9 +170,8 @@ def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings:
             except Exception as e:   # a user's method: any failure is reported, not raised
                 return f"the compiled step raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         worst = {}
-        for key, v in eager.items():
-            if not torch.is_tensor(v):
-                continue
+        comp = comp.tensors()
+        for key, v in eager.tensors().items():
             c = comp[key]
             if not v.is_floating_point():
                 if not torch.equal(c, v):
@@ -213,6 +212,8 @@ def _check_solved(method) -> list[tuple[str, str | None]]:
         state, _ = method.solve(Problem("bernoulli", data.n_train[data.data_index], prior), data, gtol=1e-8)
     except Exception as e:   # a user's method: any failure is reported, not raised
         return [("solve a tiny logistic regression", f"{type(e).__name__}: {e}")]
+    if typed := _typed(state):
+        return [("solve a tiny logistic regression", typed)]
     bad = _finite(state)
     predicted = _check_predict(method, state, torch.Generator().manual_seed(1))
     return [("solve a tiny logistic regression", f"non-finite {bad}" if bad else None),

@@ -227,7 +227,7 @@ def _predictions(method: Method, state: State, data: ReplicaData, n_samples: int
         for lo in range(0, R, chunk):
             idx = torch.arange(lo, min(R, lo + chunk), device=data.data_index.device)
             u = data.data_index[idx]
-            sub = {k: v[idx] for k, v in state.items()}
+            sub = state[idx]
             parts = [method.predict(sub, data.x_eval[u], min(s_chunk, n_samples - s), generator)
                      for s in range(0, n_samples, s_chunk)]
             f = torch.cat([p.f for p in parts], dim=1)
@@ -271,7 +271,7 @@ def predictive_moments(method: Method, state: State, data: ReplicaData, n_sample
 
 def _finite_state(state: State) -> torch.Tensor:
     ok = None
-    for v in state.values():
+    for v in state.tensors().values():
         if v.is_floating_point():
             f = torch.isfinite(v).reshape(v.shape[0], -1).all(dim=1)
             ok = f if ok is None else ok & f

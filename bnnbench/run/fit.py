@@ -106,7 +106,7 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptio
     """Train one batched program (``program``) in this process. ``init_state`` continues a trained state (a later
     stage) with this data's sizes and priors."""
     method, data, problem = program(spec, ds, pairs, data_index, hparams, opts)
-    state = method.init(problem, generator) if init_state is None else {**init_state, **hyper_state(problem)}
+    state = method.init(problem, generator) if init_state is None else init_state.replace(**hyper_state(problem))
     epochs = opts.epochs or spec.epochs_for(int(data.n_train.max()))
     # a full-batch method (HMC) takes each training set whole: a protocol batch at least that large is one batch
     batch_size = min(spec.batch_size, int(data.n_train.max())) if method.full_batch else spec.batch_size

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from bnnbench.methods.state import State, cat
 from bnnbench.run.engine import History, TrainResult
 from bnnbench.run.fit import FitOptions, build_method, fit
 
@@ -30,29 +31,23 @@ def chunks(n: int, workers: int) -> list[range]:
     return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def split_state(state: dict, idx: range, n: int) -> dict:
+def _off_axis(state: State, n: int) -> dict[str, tuple]:
+    return {k: tuple(v.shape) for k, v in state.tensors().items() if v.dim() == 0 or v.shape[0] != n}
+
+
+def split_state(state: State, idx: range, n: int) -> State:
     """Replica rows ``idx`` of every tensor in ``state`` (all lie on the replica axis, length ``n``)."""
-    out = {}
-    for k, v in state.items():
-        if torch.is_tensor(v):
-            if v.dim() == 0 or v.shape[0] != n:
-                raise ValueError(f"state entry {k!r} of shape {tuple(v.shape)} is not on the replica axis ({n})")
-            v = v[idx.start:idx.stop]
-        out[k] = v
-    return out
+    if bad := _off_axis(state, n):
+        raise ValueError(f"state entries {bad} are not on the replica axis ({n})")
+    return state[idx.start:idx.stop]
 
 
-def join_states(states: list[dict], sizes: list[int]) -> dict:
-    """Inverse of ``split_state``: tensors concatenated along the replica axis, other entries from the first."""
-    out = {}
-    for k, v in states[0].items():
-        if torch.is_tensor(v):
-            parts = [s[k] for s in states]
-            if any(p.dim() == 0 or p.shape[0] != m for p, m in zip(parts, sizes)):
-                raise ValueError(f"state entry {k!r} is not on the replica axis")
-            v = torch.cat(parts, 0)
-        out[k] = v
-    return out
+def join_states(states: list[State], sizes: list[int]) -> State:
+    """Inverse of ``split_state``: tensors concatenated along the replica axis."""
+    for part, m in zip(states, sizes):
+        if bad := _off_axis(part, m):
+            raise ValueError(f"state entries {bad} are not on the replica axis ({m})")
+    return cat(states)
 
 
 def join_histories(histories: list[History]) -> History:
@@ -82,7 +77,7 @@ def _fit_chunk(args):
     torch.manual_seed(seed)  # the global generator too, as ``execute`` seeds it (q(tau)'s samples draw from it)
     res = fit(spec, ds, pairs, data_index, hparams, torch.Generator().manual_seed(seed), opts, init_state=init_state)
     res.method = None
-    res.state = {k: v.detach() if torch.is_tensor(v) else v for k, v in res.state.items()}  # no autograd across
+    res.state = res.state.map(torch.Tensor.detach)  # no autograd across
     return res
 
 

@@ -150,7 +150,7 @@ def test_noisy_kfac_conv_factors_equal_the_explicit_sums():
                   n_data=torch.full((R,), 100))
     eps, y_noise = method.noise(state, batch, g)
     new, _ = method.step(state, batch, (eps, y_noise))
-    W = method._layers_from_hom(method._sample_hom(state, eps))
+    W = method._layers_from_hom(method._weights(state, eps))
     theta = torch.cat([torch.cat([w[0, 0].flatten(), b[0, 0]]) for w, b in W]).requires_grad_()
     caps = []
     out = reference_forward(model, theta, batch.x[0], caps)
@@ -165,8 +165,8 @@ def test_noisy_kfac_conv_factors_equal_the_explicit_sums():
         ds = grads[l].permute(0, 2, 3, 1).reshape(B, -1, grads[l].shape[1]) if grads[l].dim() == 4 \
             else grads[l][:, None, :]
         S_ref = torch.einsum("bti,btj->ij", ds, ds) / B
-        torch.testing.assert_close(new[f"A{l}"][0], A_ref)
-        torch.testing.assert_close(new[f"S{l}"][0], S_ref)
+        torch.testing.assert_close(new.layers[l].A[0], A_ref)
+        torch.testing.assert_close(new.layers[l].S[0], S_ref)
 
 
 def test_kfac_factors_are_the_exact_fisher_of_one_example_at_one_position():
@@ -181,14 +181,14 @@ def test_kfac_factors_are_the_exact_fisher_of_one_example_at_one_position():
                   n_data=torch.full((1,), 50))
     eps, y_noise = method.noise(state, batch, g)
     new, _ = method.step(state, batch, (eps, y_noise))
-    hom = method._sample_hom(state, eps)
+    hom = method._weights(state, eps)
     W0 = hom[0][0, 0].clone().requires_grad_()
     theta = torch.cat([torch.cat([W0[:-1].flatten(), W0[-1]]), hom[1][0, 0][:-1].flatten(), hom[1][0, 0][-1]])
     out = reference_forward(model, theta, batch.x[0])
     score = Categorical().sampled_score(out.detach()[None, None], y_noise)[0, 0]
     (dW,) = torch.autograd.grad((out * score).sum(), W0)   # d log p(y~) / d [W; b], rows x columns
     fisher = torch.outer(dW.flatten(), dW.flatten())        # vec row-major: index (i, o) -> i * d_out + o
-    torch.testing.assert_close(torch.kron(new["A0"][0], new["S0"][0]), fisher)
+    torch.testing.assert_close(torch.kron(new.layers[0].A[0], new.layers[0].S[0]), fisher)
 
 
 def test_noisy_kfac_conv_draws_have_the_kronecker_covariance():
@@ -206,10 +206,10 @@ def test_noisy_kfac_conv_draws_have_the_kronecker_covariance():
     basis = torch.eye(j * d_out).reshape(j * d_out, j, d_out)
     eps = [torch.zeros(1, j * d_out, jj + 1, o) for (_, _, jj, o) in model.slices]
     eps[l] = basis[None]
-    draws = method._sample_hom(state, eps)[l][0] - method._hom(state["mean"], l)[0]
+    draws = method._weights(state, eps)[l][0] - method._hom(state.mean, l)[0]
     cols = draws.reshape(j * d_out, -1)                      # row e: vec(cA E_e cS^T)
     cov = cols.t() @ cols
-    A, S, _, _ = method._damped(state, l, method._gammas(state)[0])
+    A, S, _, _ = state.layers[l].damped(method._gammas(state)[0])
     expect = torch.kron(torch.linalg.inv(A[0]), torch.linalg.inv(S[0])) * method.cfg.kl_weight / 40
     torch.testing.assert_close(cov, expect)
 
@@ -230,12 +230,14 @@ def test_conv_methods_are_replica_invariant(name):
         noise = method.noise(state, batch, g)
         new, _ = method.step(state, batch, noise)
         for r in range(R):
-            sub = {k: v[r:r + 1] for k, v in state.items()}
             one_noise = _slice_noise(noise, r)
-            alone, _ = method.step(sub, Batch(batch.x[r:r + 1], batch.y[r:r + 1], batch.n_data[r:r + 1]), one_noise)
-            for k in new:
-                if new[k].is_floating_point():
-                    torch.testing.assert_close(alone[k][0], new[k][r], rtol=1e-9, atol=1e-11, msg=k)
+            alone, _ = method.step(state[r], Batch(batch.x[r:r + 1], batch.y[r:r + 1], batch.n_data[r:r + 1]),
+                                   one_noise)
+            alone = alone.tensors()
+            assert alone.keys() == new.tensors().keys()
+            for k, v in new.tensors().items():
+                if v.is_floating_point():
+                    torch.testing.assert_close(alone[k][0], v[r], rtol=1e-9, atol=1e-11, msg=k)
         state = new
 
 
@@ -277,14 +279,14 @@ def test_kl_clip_bounds_the_update_in_the_preconditioning_metric(name):
     batch = Batch(x=torch.randn(2, 6, 72, generator=g), y=torch.randint(0, 3, (2, 6), generator=g),
                   n_data=torch.full((2,), 30))
     new, _ = method.step(state, batch, method.noise(state, batch, g))
-    delta = new["mean"] - state["mean"]
+    delta = new.mean - state.mean
     if name == "noisy_adam":
-        norm = (delta * delta * (new["f"] + method.gamma_in(state))).sum(-1)
+        norm = (delta * delta * (new.f + method.gamma_in(state))).sum(-1)
     else:
         norm = 0
         for l in range(len(model.slices)):
             D = method._hom(delta, l)
-            A, S = torch.linalg.inv(state[f"iA{l}"]), torch.linalg.inv(state[f"iS{l}"])
+            A, S = torch.linalg.inv(state.layers[l].iA), torch.linalg.inv(state.layers[l].iS)
             norm = norm + (D * (A @ D @ S)).sum((-2, -1))
     torch.testing.assert_close(norm, torch.full((2,), c), rtol=1e-8, atol=0)
 
@@ -300,10 +302,10 @@ def test_kfac_conv_mean_step_is_the_preconditioned_autograd_gradient():
     batch = Batch(x=torch.randn(1, 6, 72, generator=g), y=torch.randint(0, 3, (1, 6), generator=g),
                   n_data=torch.full((1,), 30))
     new, _ = method.step(state, batch, method.noise(state, batch, g))
-    theta = state["mean"][0].clone().requires_grad_()
+    theta = state.mean[0].clone().requires_grad_()
     ll = torch.log_softmax(reference_forward(model, theta, batch.x[0]), -1)[torch.arange(6), batch.y[0]].mean()
     (grad,) = torch.autograd.grad(ll, theta)
-    V = grad - 10.0 / 30 * state["mean"][0]
+    V = grad - 10.0 / 30 * state.mean[0]
     for l in range(len(model.slices)):
-        expect = 0.3 * state[f"iA{l}"][0] @ method._hom(V, l) @ state[f"iS{l}"][0]
-        torch.testing.assert_close(method._hom(new["mean"] - state["mean"], l)[0], expect)
+        expect = 0.3 * state.layers[l].iA[0] @ method._hom(V, l) @ state.layers[l].iS[0]
+        torch.testing.assert_close(method._hom(new.mean - state.mean, l)[0], expect)

@@ -55,17 +55,17 @@ def test_objective_and_gradient_match_closed_form():
     model, method = _method()
     state = _state(method, model, len(X), tau, lam)
     g = torch.Generator().manual_seed(1)
-    state["mean"] = torch.randn(1, model.n_params, generator=g, dtype=DT)
-    state["rho"] = torch.randn(1, model.n_params, generator=g, dtype=DT) - 1
+    state = state.replace(mean=torch.randn(1, model.n_params, generator=g, dtype=DT))
+    state = state.replace(rho=torch.randn(1, model.n_params, generator=g, dtype=DT) - 1)
     batch = Batch(X[None], y[None], torch.tensor([len(X)]))
     S = 200000
     noise = torch.randn(1, S, model.n_params, generator=g, dtype=DT)
-    mean = state["mean"].clone().requires_grad_(True)
-    rho = state["rho"].clone().requires_grad_(True)
+    mean = state.mean.clone().requires_grad_(True)
+    rho = state.rho.clone().requires_grad_(True)
     obj = method.objective(state, mean, rho, batch, noise)[0]
     gm, gr = torch.autograd.grad(obj.sum(), [mean, rho])
-    m2 = state["mean"][0].clone().requires_grad_(True)
-    r2 = state["rho"][0].clone().requires_grad_(True)
+    m2 = state.mean[0].clone().requires_grad_(True)
+    r2 = state.rho[0].clone().requires_grad_(True)
     ref = _closed_form_neg_elbo(X, y, m2, F.softplus(r2) ** 2, tau, lam)
     gm_ref, gr_ref = torch.autograd.grad(ref, [m2, r2])
     assert obj.item() == pytest.approx(ref.item(), rel=5e-3)
@@ -85,8 +85,8 @@ def test_converges_to_exact_mean_field_solution():
     for t in range(6000):
         state, _ = method.update(state, batch, g)
         if t >= 4000:
-            means.append(state["mean"][0])
-            sds.append(F.softplus(state["rho"][0]))
+            means.append(state.mean[0])
+            sds.append(F.softplus(state.rho[0]))
     Xb = torch.cat([X, torch.ones(len(X), 1, dtype=DT)], 1)
     Lam = lam * torch.eye(4, dtype=DT) + tau * Xb.T @ Xb
     m_exact = torch.linalg.solve(Lam, tau * Xb.T @ y)

@@ -8,6 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench.methods import METHODS, Batch, Problem
+from bnnbench.methods.gaussian.full_gaussian import FullGaussianState
 from bnnbench.core.models import MLP
 
 DT = torch.float64
@@ -48,9 +49,9 @@ def test_converges_to_the_closed_form_posterior(curv, S, steps):
     for t in range(steps):
         state, _ = method.update(state, batch, g)
         if t >= steps // 2:
-            means.append(state["mean"][0])
+            means.append(state.mean[0])
     # the precision update is deterministic for a linear-Gaussian model: it converges geometrically
-    assert torch.allclose(state["prec"][0], Lam, rtol=1e-9)
+    assert torch.allclose(state.prec[0], Lam, rtol=1e-9)
     # the mean converges up to Monte Carlo noise: within a tenth of a posterior standard deviation
     post_sd = torch.linalg.inv(Lam).diagonal().sqrt()
     assert ((torch.stack(means).mean(0) - mu).abs() / post_sd).max() < 0.1
@@ -72,7 +73,8 @@ def test_ef_curvature_is_the_sum_of_gradient_outer_products():
 def test_sampling_has_the_posterior_covariance():
     X, y, Lam, mu, g = _blr()
     model, method = _method("ggn")
-    state = {"mean": mu[None], "prec": Lam[None]}
+    state = FullGaussianState(n_data=torch.tensor([40]), prior_prec=torch.full((1, 4), 0.5, dtype=DT), mean=mu[None],
+                              prec=Lam[None], m=torch.zeros(1, 4, dtype=DT), t=torch.zeros(1, dtype=torch.long))
     I = torch.eye(4, dtype=DT)[None]
     M = (method.sample(state, I) - mu)[0].T  # theta - mu = M eps
     assert torch.allclose(M @ M.T, torch.linalg.inv(Lam))
@@ -98,7 +100,8 @@ def test_kl_against_torch_distributions():
     X, y, Lam, mu, g = _blr()
     model, method = _method("ef")
     lam = torch.tensor([[0.5, 2.0, 1.0, 0.1]], dtype=DT)
-    state = {"mean": mu[None], "prec": Lam[None], "prior_prec": lam}
+    state = FullGaussianState(n_data=torch.tensor([40]), prior_prec=lam, mean=mu[None], prec=Lam[None],
+                              m=torch.zeros(1, 4, dtype=DT), t=torch.zeros(1, dtype=torch.long))
     q = torch.distributions.MultivariateNormal(mu, precision_matrix=Lam)
     p = torch.distributions.MultivariateNormal(torch.zeros(4, dtype=DT), precision_matrix=torch.diag(lam[0]))
     assert torch.allclose(method.kl(state)[0], torch.distributions.kl_divergence(q, p))
@@ -141,8 +144,8 @@ def test_cached_cholesky_is_the_factor_of_the_new_precision():
     state = method.init(prob, g)
     for _ in range(3):
         state, _ = method.update(state, Batch(X[None], y[None], torch.tensor([10])), g)
-        L = state["prec_chol"][0]
-        assert torch.allclose(L @ L.T, state["prec"][0])
+        L = state.prec_chol[0]
+        assert torch.allclose(L @ L.T, state.prec[0])
 
 
 def test_dense_ggn_of_a_categorical_likelihood_is_refused():

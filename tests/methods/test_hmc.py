@@ -57,6 +57,7 @@ def test_potential_with_learned_noise_is_the_negative_log_joint_of_theta_and_log
     prob = Problem("gaussian", torch.tensor([6, 4]), torch.rand(R, P, generator=g, dtype=DT) + 0.5,
                    noise_prec=torch.ones(R, dtype=DT), y_scale=torch.ones(R, dtype=DT))
     state = method.init(prob, g)
+    assert state.log_tau.shape == (R, 3) and state.tau_samples.shape == (R, 3, method.cfg.keep)  # the optional fields
     batch = Batch(torch.randn(R, N, 2, generator=g, dtype=DT), torch.randn(R, N, generator=g, dtype=DT), prob.n_data)
     q = torch.randn(R, 3, P + 1, generator=g, dtype=DT) * 0.5
     U, grad = method.potential(state, q, batch, full_batch(batch))
@@ -173,13 +174,13 @@ def test_dual_averaging_reaches_the_target_acceptance(target):
     batch = Batch(torch.randn(1, 4, 3, generator=g, dtype=DT), torch.randn(1, 4, generator=g, dtype=DT), prob.n_data)
     for _ in range(M):
         state, _ = method.update(state, batch, g)
-    log_eps_bar = state["log_eps_bar"]
+    log_eps_bar = state.log_eps_bar
     alpha = torch.exp(-c * (2 * log_eps_bar).exp())
     bound = gamma * (math.log(10.0) - log_eps_bar).abs() * (M + t0) / M ** 1.5
     assert torch.all((alpha - target).abs() <= bound), (alpha, bound)
     state, stats = method.update(state, batch, g)      # after the warm-up: the frozen step size eps_bar
     assert torch.allclose(stats["accept"], alpha.mean(1), rtol=1e-12)
-    assert torch.equal(state["log_eps_bar"], log_eps_bar)
+    assert torch.equal(state.log_eps_bar, log_eps_bar)
 
 
 def gaussian_problem(model, R=1, N=5, seed=0):
@@ -205,15 +206,15 @@ def test_without_warmup_the_step_size_is_method_step_size(eps):
     state = method.init(prob, g)
     for _ in range(3):
         noise = method.noise(state, batch, g)
-        q, p = state["theta"], noise[0]                                # M = I: p = z
+        q, p = state.theta, noise[0]                                # M = I: p = z
         new, stats = method.step(state, batch, noise)
         q1 = (1 - eps ** 2 / 2) * q + eps * p
         alpha = torch.exp(-(eps ** 2 / 8) * (q1.square() - q.square()).sum(-1)).clamp(max=1.0)
         assert torch.allclose(stats["accept"], alpha.mean(1), rtol=1e-12, atol=0), (stats["accept"], alpha.mean(1))
-        moved = (new["theta"] != q).any(-1)
-        assert 0 < int(moved.sum()) and torch.allclose(new["theta"][moved], q1[moved], rtol=1e-12, atol=1e-14)
+        moved = (new.theta != q).any(-1)
+        assert 0 < int(moved.sum()) and torch.allclose(new.theta[moved], q1[moved], rtol=1e-12, atol=1e-14)
         state = new
-    assert torch.allclose(state["log_eps_bar"].exp(), torch.tensor(eps, dtype=DT))   # the recorded step size
+    assert torch.allclose(state.log_eps_bar.exp(), torch.tensor(eps, dtype=DT))   # the recorded step size
 
 
 def test_a_warmup_ending_with_a_mass_window_keeps_the_step_size_it_adapted():
@@ -226,8 +227,8 @@ def test_a_warmup_ending_with_a_mass_window_keeps_the_step_size_it_adapted():
     state = method.init(prob, g)
     for _ in range(4):
         state, _ = method.update(state, batch, g)
-    assert torch.equal(state["log_eps_bar"], state["log_eps"]) and bool((state["log_eps"] != 0).all())
-    assert not torch.equal(state["inv_mass"], torch.ones_like(state["inv_mass"]))    # the window was adapted
+    assert torch.equal(state.log_eps_bar, state.log_eps) and bool((state.log_eps != 0).all())
+    assert not torch.equal(state.inv_mass, torch.ones_like(state.inv_mass))    # the window was adapted
 
 
 # -- the diagnostics --------------------------------------------------------------------------------------------------
@@ -286,7 +287,7 @@ def test_kept_draws_are_the_last_ones_in_order_and_predict_uses_them():
     history = []
     for _ in range(2 + 2 * 5):    # warm-up, then 5 kept of which the buffer holds the last 3
         state, _ = method.update(state, batch, g)
-        history.append(state["theta"].float())
+        history.append(state.theta.float())
     kept = history[2 + 1::2]
     theta, tau = method.kept(state)
     assert tau is None and torch.equal(theta, torch.stack(kept[-3:], 2).to(DT))

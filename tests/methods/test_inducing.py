@@ -79,15 +79,16 @@ def test_gi_with_the_data_as_pseudo_data_is_the_exact_posterior_and_its_elbo_the
     method, problem = _method("gi", [3, 1], n, tau, prior=prior, inducing=n, train_samples=5)
     g = torch.Generator().manual_seed(0)
     state = method.init(problem, g)
-    state["q.U0"] = X[None].clone()
-    state["q.l0.pseudo_out"] = y[None, :, None].clone()
-    state["q.l0.log_prec"] = torch.full((1, n), math.log(tau), dtype=DT)
+    (l0,) = state.q.layers
+    l0 = l0.replace(weights=l0.weights.replace(pseudo_out=y[None, :, None].clone(),
+                                               log_prec=torch.full((1, n), math.log(tau), dtype=DT)))
+    state = state.replace(q=state.q.replace(U0=X[None].clone(), layers=(l0,)))
     mean, cov, log_ev = _exact_blr(Xb, y, tau, alpha)
-    U = torch.cat([state["q.U0"][0], torch.ones(n, 1, dtype=DT)], 1)
+    U = torch.cat([state.q.U0[0], torch.ones(n, 1, dtype=DT)], 1)
     m, c = blr.posterior(U, torch.full((n,), tau, dtype=DT), y[:, None], torch.tensor(alpha, dtype=DT))
     assert torch.allclose(m[:, 0], mean, atol=1e-10) and torch.allclose(c, cov, atol=1e-12)
     batch = Batch(x=X[None], y=y[None], n_data=torch.tensor([n]))
-    params = method.params(state)
+    params = state.q
     f, logpq = method.net.forward(params, batch.x, method.noise(state, batch, g))
     ll = torch.distributions.Normal(f[..., 0], tau ** -0.5).log_prob(y).sum(-1)
     assert torch.allclose(ll + logpq, torch.full_like(logpq, log_ev), atol=1e-9)
@@ -105,11 +106,13 @@ def test_optimised_gi_on_a_linear_layer_is_tight_to_1e_6():
     method, problem = _method("gi", [3, 1], n, tau, prior="neal", inducing=8, train_samples=4)
     g = torch.Generator().manual_seed(0)
     state = method.init(problem, g)
-    leaves = {k: state[k].clone().requires_grad_(True) for k in ("q.U0", "q.l0.pseudo_out", "q.l0.log_prec")}
+    (l0,) = state.q.layers
+    leaves = {k: v.clone().requires_grad_(True) for k, v in (("U0", state.q.U0), ("pseudo_out", l0.weights.pseudo_out),
+                                                              ("log_prec", l0.weights.log_prec))}
 
     def closed_form_elbo():
-        U = torch.cat([leaves["q.U0"][0], torch.ones(8, 1, dtype=DT)], 1)
-        m, c = blr.posterior(U, leaves["q.l0.log_prec"][0].exp(), leaves["q.l0.pseudo_out"][0],
+        U = torch.cat([leaves["U0"][0], torch.ones(8, 1, dtype=DT)], 1)
+        m, c = blr.posterior(U, leaves["log_prec"][0].exp(), leaves["pseudo_out"][0],
                              torch.tensor(alpha, dtype=DT))
         m = m[:, 0]
         r = y - Xb @ m
@@ -128,9 +131,11 @@ def test_optimised_gi_on_a_linear_layer_is_tight_to_1e_6():
 
     for _ in range(5):
         opt.step(closure)
-    state.update({k: v.detach() for k, v in leaves.items()})
+    l0 = l0.replace(weights=l0.weights.replace(pseudo_out=leaves["pseudo_out"].detach(),
+                                               log_prec=leaves["log_prec"].detach()))
+    state = state.replace(q=state.q.replace(U0=leaves["U0"].detach(), layers=(l0,)))
     batch = Batch(x=X[None], y=y[None], n_data=torch.tensor([n]))
-    elbo = -n * torch.stack([method.objective(state, method.params(state), batch, method.noise(state, batch, g))[0]
+    elbo = -n * torch.stack([method.objective(state, state.q, batch, method.noise(state, batch, g))[0]
                              for _ in range(20)])
     with torch.no_grad():
         assert float(closed_form_elbo()) <= log_ev + 1e-9
@@ -151,7 +156,7 @@ def test_deep_linear_elbo_stays_below_the_generating_models_evidence(name):
     batch = Batch(x=X[None], y=y[None], n_data=torch.tensor([n]))
     for _ in range(300):
         state, _ = method.update(state, batch, g)
-    elbo = -n * torch.stack([method.objective(state, method.params(state), batch, method.noise(state, batch, g))[0]
+    elbo = -n * torch.stack([method.objective(state, state.q, batch, method.noise(state, batch, g))[0]
                              for _ in range(200)])
     se = float(elbo.std() / math.sqrt(len(elbo)))
     assert float(elbo.mean()) < log_ev + 3 * se
@@ -177,14 +182,14 @@ def test_factorised_kl_and_local_reparameterisation_against_references():
     g = torch.Generator().manual_seed(0)
     layer = Factorised(3, 2, local_reparam=True)
     params = layer.init_params(1, g, "cpu", DT)
-    params["log_var"] = torch.randn(1, 4, 2, generator=g, dtype=DT) - 1
+    params = params.replace(log_var=torch.randn(1, 4, 2, generator=g, dtype=DT) - 1)
     h = torch.cat([torch.randn(1, 1, 5, 3, generator=g, dtype=DT), torch.ones(1, 1, 5, 1, dtype=DT)], -1)
     alpha = torch.tensor([[2.5]], dtype=DT)
     S = 100000
     out, logpq = layer.forward(params, h.expand(1, S, 5, 4), alpha.expand(1, S),
                                torch.randn(1, S, 5, 2, generator=g, dtype=DT), 0)
-    mean = params["mean"][0] / 2.0
-    var = params["log_var"][0].exp() / 4.0
+    mean = params.mean[0] / 2.0
+    var = params.log_var[0].exp() / 4.0
     q = torch.distributions.Normal(mean, var.sqrt())
     p = torch.distributions.Normal(torch.zeros_like(mean), torch.full_like(mean, 2.5 ** -0.5))
     assert torch.allclose(-logpq[0, 0], torch.distributions.kl_divergence(q, p).sum(), atol=1e-12)
@@ -221,12 +226,11 @@ def test_scale_prior_elbo_term_is_minus_the_gamma_kl_in_expectation():
     net = InducingNet([2, 3, 1], "rand_gi", "scale", n_inducing=4)
     g = torch.Generator().manual_seed(0)
     params = net.init_params(1, g, "cpu", DT)
-    params["l0.scale_log_shape"] = torch.tensor([0.5], dtype=DT)
-    params["l0.scale_log_rate"] = torch.tensor([1.5], dtype=DT)
+    p = params.layers[0].prior.replace(scale_log_shape=torch.tensor([0.5], dtype=DT),
+                                       scale_log_rate=torch.tensor([1.5], dtype=DT))
     prior = net.priors[0]
-    p = net.layer_params(params, 0)
     S = 400000
-    alpha, lpq = prior.prec(p, prior.noise(p, S, g), 1, S, params["U0"])
+    alpha, lpq = prior.prec(p, prior.noise(p, S, g), 1, S, params.U0)
     a_q, b_q = prior.q_scale(p)
     kl = kl_gamma(a_q, b_q, torch.tensor(2.0, dtype=DT), torch.tensor(2.0, dtype=DT))
     assert float(-lpq.mean()) == pytest.approx(float(kl), abs=4 * float(lpq.std()) / math.sqrt(S))

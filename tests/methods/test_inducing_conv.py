@@ -92,18 +92,18 @@ def test_global_inducing_conv_equals_the_dense_patch_regression(prior):
     P, B = 3, 2
     layer = GlobalInducingConv(C, OUT, K, 1, (H, W), n_inducing=P, log_prec_lr=1.5)
     params = layer.init_params(R, g, "cpu", DT)
-    params["log_prec"] = torch.randn(R, P, generator=g, dtype=DT)
+    params = params.replace(log_prec=torch.randn(R, P, generator=g, dtype=DT))
     h = torch.randn(R, S, P + B, C, H, W, generator=g, dtype=DT)
     z = torch.randn(R, S, D, OUT, generator=g, dtype=DT)
     A, A_dense = _priors(g)[prior == "kronecker"]
     Wd, logpq = layer.weights(params, h, A, z, P)
     out, logpq_out = layer.forward(params, h, A, z, P)
     assert torch.equal(logpq, logpq_out)
-    lam = (1.5 * params["log_prec"]).exp().numpy()
+    lam = (1.5 * params.log_prec).exp().numpy()
     for r in range(R):
         for s in range(S):
             Phi = np.concatenate([patches(u, K, circular=True) for u in h[r, s, :P].numpy()])
-            Y = np.concatenate([v.reshape(OUT, -1).T for v in params["pseudo_out"][r].numpy()])
+            Y = np.concatenate([v.reshape(OUT, -1).T for v in params.pseudo_out[r].numpy()])
             lam_rows = np.repeat(lam[r], H * W)
             prec = Phi.T @ (lam_rows[:, None] * Phi) + A_dense[r, s]
             mean = np.linalg.solve(prec, Phi.T @ (lam_rows[:, None] * Y))
@@ -118,14 +118,14 @@ def test_local_inducing_conv_equals_the_dense_regression_on_its_patches():
     g = torch.Generator().manual_seed(2)
     layer = LocalInducingConv(C, OUT, K, 1, (H, W))
     params = layer.init_params(R, g, "cpu", DT)
-    params["log_prec"] = torch.randn(R, D, generator=g, dtype=DT)
+    params = params.replace(log_prec=torch.randn(R, D, generator=g, dtype=DT))
     h = torch.randn(R, S, 2, C, H, W, generator=g, dtype=DT)
     z = torch.randn(R, S, D, OUT, generator=g, dtype=DT)
     A, A_dense = _priors(g)[1]
     out, logpq = layer.forward(params, h, A, z, 0)
     for r in range(R):
         for s in range(S):
-            U, V, lam = (params[k][r].numpy() for k in ("inputs", "pseudo_out", "log_prec"))
+            U, V, lam = (v[r].numpy() for v in (params.inputs, params.pseudo_out, params.log_prec))
             prec = U.T @ (np.exp(lam)[:, None] * U) + A_dense[r, s]
             mean = np.linalg.solve(prec, U.T @ (np.exp(lam)[:, None] * V))
             Wt = mean + np.linalg.solve(np.linalg.cholesky(prec).T, z[r, s].numpy())
@@ -143,14 +143,14 @@ def test_factorised_conv_equals_the_unrolled_layer(prior):
     A, A_dense = _priors(g)[prior == "kronecker"]
     layer = FactorisedConv(C, OUT, K, 1, (H, W))
     params = layer.init_params(R, g, "cpu", DT)
-    params["log_var"] = torch.randn(R, D, OUT, generator=g, dtype=DT) - 2
+    params = params.replace(log_var=torch.randn(R, D, OUT, generator=g, dtype=DT) - 2)
     h = torch.randn(R, S, 2, C, H, W, generator=g, dtype=DT)
     z = torch.randn(R, S, D, OUT, generator=g, dtype=DT)
     out, logpq = layer.forward(params, h, A, z, 0)
     lrt = FactorisedConv(C, OUT, K, 1, (H, W), local_reparam=True)
     mu, _ = lrt.forward(params, h, A, torch.zeros(R, S, 2, OUT, H, W, dtype=DT), 0)
     mu_sd, _ = lrt.forward(params, h, A, torch.ones(R, S, 2, OUT, H, W, dtype=DT), 0)
-    mean, var = params["mean"].numpy() / math.sqrt(D), params["log_var"].exp().numpy() / D
+    mean, var = params.mean.numpy() / math.sqrt(D), params.log_var.exp().numpy() / D
     for r in range(R):
         for s in range(S):
             Wt = mean[r] + np.sqrt(var[r]) * z[r, s].numpy()
@@ -172,7 +172,7 @@ def test_prior_draw_conv_is_the_cholesky_whitening_of_the_kronecker_precision():
     layer = PriorDrawConv(C, OUT, K, 1, (H, W))
     h = torch.randn(R, S, 2, C, H, W, generator=g, dtype=DT)
     z = torch.randn(R, S, D, OUT, generator=g, dtype=DT)
-    out, logpq = layer.forward({}, h, A, z, 0)
+    out, logpq = layer.forward(None, h, A, z, 0)
     assert torch.equal(logpq, torch.zeros(R, S, dtype=DT))
     for r in range(R):
         for s in range(S):
@@ -234,11 +234,11 @@ def test_spatial_prior_elbo_term_is_minus_the_inverse_wishart_kl_in_expectation(
     g = torch.Generator().manual_seed(7)
     prior = LayerPrior("spatial_iw", fan_in=C * K * K, pixels=K * K)
     params = prior.init_params(1, "cpu", DT, g)
-    params["iw_log_weight"] = torch.randn(1, K * K, generator=g, dtype=DT)
+    params = params.replace(iw_log_weight=torch.randn(1, K * K, generator=g, dtype=DT))
     n = 200_000
-    A, logpq = prior.prec(params, prior.noise(params, n, g), 1, n, params["iw_pseudo_obs"])
+    A, logpq = prior.prec(params, prior.noise(params, n, g), 1, n, params.iw_pseudo_obs)
     assert isinstance(A, KroneckerPrec) and A.c == C and A.n_channels == C
-    Y, w = params["iw_pseudo_obs"][0].numpy(), params["iw_log_weight"][0].exp().numpy()
+    Y, w = params.iw_pseudo_obs[0].numpy(), params.iw_log_weight[0].exp().numpy()
     p = K * K
     Psi_q, nu_q = (p + 1) * p * np.eye(p) + (Y * w) @ Y.T, p + 1 + w.sum()
     kl = _wishart_kl(np.linalg.inv(Psi_q), nu_q, np.eye(p) / ((p + 1) * p), p + 1)
@@ -252,9 +252,9 @@ def test_spatial_prior_on_a_linear_layer_is_the_librarys_one_pixel_fallback():
     g = torch.Generator().manual_seed(8)
     prior = LayerPrior("spatial_iw", fan_in=7)
     params = prior.init_params(2, "cpu", DT, g)
-    alpha, logpq = prior.prec(params, prior.noise(params, 3, g), 2, 3, params["iw_pseudo_obs"])
-    Psi_q = 2.0 + params["iw_pseudo_obs"][:, 0, 0] ** 2 * params["iw_log_weight"][:, 0].exp()
-    nu_q = 2.0 + params["iw_log_weight"][:, 0].exp()
+    alpha, logpq = prior.prec(params, prior.noise(params, 3, g), 2, 3, params.iw_pseudo_obs)
+    Psi_q = 2.0 + params.iw_pseudo_obs[:, 0, 0] ** 2 * params.iw_log_weight[:, 0].exp()
+    nu_q = 2.0 + params.iw_log_weight[:, 0].exp()
     Q = alpha / 7
     ref = (stats.invgamma(2 / 2, scale=2 / 2).logpdf(Q.numpy())
            - stats.invgamma(nu_q.numpy()[:, None] / 2, scale=Psi_q.numpy()[:, None] / 2).logpdf(Q.numpy()))

@@ -12,6 +12,8 @@ from omegaconf import OmegaConf
 
 from bnnbench.judge.reference import REFERENCE_DIR
 from bnnbench.methods.exact import exact_vi, logreg
+from bnnbench.methods.exact.exact_gaussian import ExactGaussianState
+from bnnbench.methods.gaussian.full_gaussian import FullGaussianState
 from bnnbench.run import results
 from bnnbench.run.config import ConfigError, compose
 from bnnbench.run.engine import ReplicaData
@@ -47,7 +49,7 @@ def test_mean_field_natural_gradient_step_against_a_loop(curvature):
     cfg = dict(curvature=curvature, covariance="diag", lr=0.3, beta=0.2, decay_lr=0.51, decay_beta=0.51,
                train_samples=3, prec_init=1.0, init_mean="uniform_fan_in")
     model, method, state, batch, g = _logreg_problem("full_gaussian", cfg)
-    mean, prec, lam = state["mean"][0].clone(), state["prec"][0].clone(), state["prior_prec"][0]
+    mean, prec, lam = state.mean[0].clone(), state.prec[0].clone(), state.prior_prec[0]
     N, M = 40, batch.x.shape[1]
     for t in range(1, 4):
         noise = method.noise(state, batch, g)
@@ -66,8 +68,8 @@ def test_mean_field_natural_gradient_step_against_a_loop(curvature):
         a, b = 0.3 / (1 + t ** 0.51), 0.2 / (1 + t ** 0.51)
         prec = (1 - b) * prec + b * (scale * c_sum + lam)
         mean = mean - a * (scale * g_sum + lam * mean) / prec
-        assert torch.allclose(state["prec"][0], prec, rtol=1e-10)
-        assert torch.allclose(state["mean"][0], mean, rtol=1e-10, atol=1e-12)
+        assert torch.allclose(state.prec[0], prec, rtol=1e-10)
+        assert torch.allclose(state.mean[0], mean, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("name, cfg", [
@@ -83,7 +85,7 @@ def test_gaussian_is_the_covariance_the_method_samples_from(name, cfg):
         state, _ = method.update(state, batch, g)
     mean, cov = method.gaussian(state)
     if name == "slang":
-        assert state["U"].abs().sum() > 0  # the low-rank part is in use
+        assert state.U.abs().sum() > 0  # the low-rank part is in use
     eps = torch.randn(1, 400000, model.n_params, generator=g, dtype=DT)
     theta = method.sample(state, eps)[0]
     emp = torch.cov(theta.T)
@@ -147,7 +149,9 @@ def test_solve_is_the_exact_solution_of_each_replica(name, family, tmp_path, mon
         assert torch.equal(cov, torch.diag_embed(cov.diagonal(dim1=-2, dim2=-1)))
     assert info == {"family": family, "gtol": 1e-8, "lbfgs_iterations": iterations, "cached_solutions": 0}
     again, info = method.solve(problem, data, gtol=1e-8)
-    assert info["cached_solutions"] == 3 and all(torch.equal(again[k], state[k]) for k in state)
+    assert isinstance(state, ExactGaussianState) and state.noise_prec is None
+    before = state.tensors()
+    assert info["cached_solutions"] == 3 and all(torch.equal(v, before[k]) for k, v in again.tensors().items())
 
 
 def test_exact_predictive_samples_the_solution(tmp_path, monkeypatch):
@@ -316,14 +320,14 @@ def test_exact_full_optimum_is_a_fixed_point_of_the_method_update():
     perm = np.r_[np.arange(1, D + 1), 0]                       # design order [b, w] -> MLP order [w, b]
     mean = torch.tensor(ex.mean[perm])[None]
     prec = torch.tensor(np.linalg.inv(ex.cov)[np.ix_(perm, perm)])[None]
-    state = {"prior_prec": torch.tensor(lam[perm])[None], "n_data": torch.tensor([N]), "mean": mean,
-             "prec": prec, "t": torch.zeros(1, dtype=torch.long)}
+    state = FullGaussianState(prior_prec=torch.tensor(lam[perm])[None], n_data=torch.tensor([N]), mean=mean,
+                              prec=prec, m=torch.zeros_like(mean), t=torch.zeros(1, dtype=torch.long))
     batch = Batch(torch.tensor(Xf)[None], torch.tensor(y)[None], torch.tensor([N]))
     g = torch.Generator().manual_seed(0)
     new, _ = method.step(state, batch, method.noise(state, batch, g))
-    assert torch.allclose(new["prec"], prec, rtol=0.03, atol=0.03 * prec[0].diagonal().min().item())
+    assert torch.allclose(new.prec, prec, rtol=0.03, atol=0.03 * prec[0].diagonal().min().item())
     sd = torch.tensor(np.sqrt(np.diag(ex.cov))[perm])
-    assert torch.all((new["mean"][0] - mean[0]).abs() < 0.02 * sd)
+    assert torch.all((new.mean[0] - mean[0]).abs() < 0.02 * sd)
 
 
 @needs_mirror

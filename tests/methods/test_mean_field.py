@@ -30,15 +30,15 @@ CFGS = {
 
 def _sigma(name, cfg, state):
     """sigma of each method's parameterisation, written out."""
-    n = state["n_data"].to(DT)[:, None]
+    n = state.n_data.to(DT)[:, None]
     if name == "bbb":
-        return F.softplus(state["rho"])
+        return F.softplus(state.rho)
     if name in ("vadam", "vprop"):
-        return 1 / torch.sqrt(n * state["s"] + state["prior_prec"])
+        return 1 / torch.sqrt(n * state.s + state.prior_prec)
     if name == "noisy_adam":
-        gamma_in = cfg["kl_weight"] * state["prior_prec"] / n
-        return torch.sqrt(cfg["kl_weight"] / (n * (state["f"] + gamma_in)))
-    return 1 / torch.sqrt(state["prec"])
+        gamma_in = cfg["kl_weight"] * state.prior_prec / n
+        return torch.sqrt(cfg["kl_weight"] / (n * (state.f + gamma_in)))
+    return 1 / torch.sqrt(state.prec)
 
 
 def _trained(name, cfg, steps=3):
@@ -64,20 +64,20 @@ def test_predictions_are_the_network_at_mu_plus_sigma_eps(name):
     x = torch.randn(R, 6, 3, generator=torch.Generator().manual_seed(1), dtype=DT)
     pred = method.predict(state, x, 7, torch.Generator().manual_seed(2))
     eps = torch.randn(R, 7, model.n_params, generator=torch.Generator().manual_seed(2), dtype=DT)
-    ref = model.forward(state["mean"].unsqueeze(1) + sigma.unsqueeze(1) * eps, x)
+    ref = model.forward(state.mean.unsqueeze(1) + sigma.unsqueeze(1) * eps, x)
     assert pred.f.shape == (R, 7, 6, 1)
     assert torch.allclose(pred.f, ref, rtol=1e-10, atol=1e-12)
-    assert torch.equal(pred.noise_prec, state["noise_prec"])
+    assert torch.equal(pred.noise_prec, state.noise_prec)
     mean, cov = method.gaussian(state)
-    assert torch.equal(mean, state["mean"])
+    assert torch.equal(mean, state.mean)
     assert torch.allclose(cov, torch.diag_embed(sigma ** 2), rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("name", sorted(n for n in CFGS if issubclass(METHODS[n], DiagonalPrecision)))
 def test_diagonal_precision_kl_is_the_gaussian_kl_to_the_prior(name):
     _, method, state = _trained(name, CFGS[name])
-    q = torch.distributions.Normal(state["mean"], _sigma(name, CFGS[name], state))
-    p = torch.distributions.Normal(torch.zeros_like(state["mean"]), state["prior_prec"].rsqrt())
+    q = torch.distributions.Normal(state.mean, _sigma(name, CFGS[name], state))
+    p = torch.distributions.Normal(torch.zeros_like(state.mean), state.prior_prec.rsqrt())
     assert torch.allclose(method.kl(state), torch.distributions.kl_divergence(q, p).sum(-1), rtol=1e-10)
 
 
@@ -86,7 +86,7 @@ def test_a_learned_noise_precision_is_drawn_from_q_tau_per_sample(name):
     """With ``learn_noise``, each predictive sample carries its own tau_s ~ Gamma(a, b) = q(tau), drawn from torch's
     global generator."""
     _, method, state = _trained(name, {**CFGS[name], **NOISE})
-    a, b = state["log_ab"][:, 0].exp(), state["log_ab"][:, 1].exp()
+    a, b = state.noise_q.log_ab[:, 0].exp(), state.noise_q.log_ab[:, 1].exp()
     assert not torch.allclose(a, torch.full_like(a, 6.0))  # q(tau) has moved from the prior
     x = torch.randn(R, 6, 3, generator=torch.Generator().manual_seed(1), dtype=DT)
     torch.manual_seed(5)
@@ -94,4 +94,4 @@ def test_a_learned_noise_precision_is_drawn_from_q_tau_per_sample(name):
     torch.manual_seed(5)
     ref = torch.distributions.Gamma(a[:, None].expand(-1, 7), b[:, None].expand(-1, 7)).sample()
     assert pred.noise_prec.shape == (R, 7) and torch.equal(pred.noise_prec, ref)
-    assert math.isclose(state["noise_prec"][0].item(), (a[0] / b[0]).item(), rel_tol=1e-12)
+    assert math.isclose(state.noise_prec[0].item(), (a[0] / b[0]).item(), rel_tol=1e-12)

@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench.core.linalg.per_example import backprop, forward_cache, per_example_grads, sum_grads, sum_sq_grads
-from bnnbench.methods import METHODS, Batch, Problem
+from bnnbench.methods import METHODS, Batch, Problem, State
 from bnnbench.methods.gaussian.natural import per_example_stats
 from bnnbench.core.models import MLP
 
@@ -66,7 +66,8 @@ def test_ggn_diagonal_matches_explicit_jacobians(lik):
     y = ((torch.rand(1, 5, generator=g, dtype=DT) > 0.5).to(DT) if lik == "bernoulli"
          else torch.randn(1, 5, generator=g, dtype=DT))
     method = METHODS["vogn"](OmegaConf.create({"curvature": "ggn"}), model, lik)
-    state = {"noise_prec": torch.tensor([3.0], dtype=DT)}
+    state = State(n_data=torch.tensor([5]), prior_prec=torch.ones(1, model.n_params, dtype=DT),
+                  noise_prec=torch.tensor([3.0], dtype=DT))
     layers = [(W.detach().requires_grad_(True), b.detach().requires_grad_(True)) for W, b in model.layers(theta)]
     _, c_sum, _ = per_example_stats(method, state, layers, Batch(x, y, torch.tensor([5])), "ggn")
     J = vmap(jacrev(lambda th, xi: model.forward(th[None, None], xi[None, None])[0, 0, 0, 0]),
@@ -96,15 +97,15 @@ def test_vogn_ggn_fixed_point_is_the_exact_mean_field_solution():
     Xb = torch.cat([X, torch.ones(N, 1, dtype=DT)], 1)
     Lam = lam * torch.eye(D + 1, dtype=DT) + tau * Xb.T @ Xb
     mu = torch.linalg.solve(Lam, tau * Xb.T @ y)
-    state["mean"], state["prec"] = mu[None].clone(), Lam.diagonal()[None].clone()
+    state = state.replace(mean=mu[None].clone(), prec=Lam.diagonal()[None].clone())
     batch = Batch(X[None], y[None], torch.tensor([N]))
     new, _ = method.update(state, batch, g)
-    assert torch.allclose(new["prec"], state["prec"], rtol=1e-12)  # the GGN of a linear model is exact
-    assert torch.allclose(new["mean"], state["mean"], atol=0.01)   # only Monte Carlo noise moves the mean
+    assert torch.allclose(new.prec, state.prec, rtol=1e-12)  # the GGN of a linear model is exact
+    assert torch.allclose(new.mean, state.mean, atol=0.01)   # only Monte Carlo noise moves the mean
     # away from the fixed point the mean moves towards it
-    state["mean"] = mu[None] + 0.3
+    state = state.replace(mean=mu[None] + 0.3)
     new, _ = method.update(state, batch, g)
-    assert (new["mean"] - mu).abs().sum() < (state["mean"] - mu).abs().sum()
+    assert (new.mean - mu).abs().sum() < (state.mean - mu).abs().sum()
 
 
 @pytest.mark.parametrize("name", ["vadam", "vprop"])
@@ -118,10 +119,10 @@ def test_vadam_vprop_step_matches_the_equations(name):
     prob = Problem("gaussian", torch.tensor([N]), torch.full((1, P), lam, dtype=DT),
                    noise_prec=torch.tensor([tau], dtype=DT), y_scale=torch.ones(1, dtype=DT))
     state = method.init(prob, g)
-    assert torch.all(state["s"] == 0)  # prec_init = lambda
+    assert torch.all(state.s == 0)  # prec_init = lambda
     x, y = torch.randn(1, 4, 2, generator=g, dtype=DT), torch.randn(1, 4, generator=g, dtype=DT)
     batch = Batch(x, y, torch.tensor([N]))
-    mu, s = state["mean"][0].clone(), state["s"][0].clone()
+    mu, s = state.mean[0].clone(), state.s[0].clone()
     m = torch.zeros(P, dtype=DT)
     for t in range(1, 4):
         eps = torch.randn(1, 3, P, generator=g, dtype=DT)
@@ -142,5 +143,5 @@ def test_vadam_vprop_step_matches_the_equations(name):
         else:
             s = 0.95 * s + 0.05 * g2
             mu = mu - 0.05 * (gb + lt * mu) / (torch.sqrt(s) + lt)
-        assert torch.allclose(state["mean"][0], mu, rtol=1e-10, atol=1e-12)
-        assert torch.allclose(state["s"][0], s, rtol=1e-10, atol=1e-14)
+        assert torch.allclose(state.mean[0], mu, rtol=1e-10, atol=1e-12)
+        assert torch.allclose(state.s[0], s, rtol=1e-10, atol=1e-14)

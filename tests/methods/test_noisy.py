@@ -8,7 +8,8 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench.methods import METHODS, Batch, Problem
-from bnnbench.methods import gamma_noise
+from bnnbench.methods import State, gamma_noise, state_class
+from bnnbench.methods.kfac.kronecker import Kronecker
 from bnnbench.core.models import MLP
 from bnnbench.run.config import ConfigError
 
@@ -44,16 +45,17 @@ def test_sampled_weights_have_the_kronecker_covariance_of_eq13(damping_ex):
     method = METHODS["noisy_kfac"](OmegaConf.create({**KFAC, "damping_ex": damping_ex}), model, "gaussian")
     state = method.init(_problem(model), g)
     R = 1
+    layers = []
     for l, (_, _, d_in, d_out) in enumerate(model.slices):  # arbitrary SPD factors
         X = torch.randn(R, d_in + 1, d_in + 1, generator=g, dtype=DT)
         Y = torch.randn(R, d_out, d_out, generator=g, dtype=DT)
-        state[f"A{l}"] = X @ X.transpose(1, 2) + 0.1 * torch.eye(d_in + 1, dtype=DT)
-        state[f"S{l}"] = Y @ Y.transpose(1, 2) + 0.1 * torch.eye(d_out, dtype=DT)
-    state = method._refresh(state, covariance=True, inverses=True)
+        layers.append(Kronecker(A=X @ X.transpose(1, 2) + 0.1 * torch.eye(d_in + 1, dtype=DT),
+                                S=Y @ Y.transpose(1, 2) + 0.1 * torch.eye(d_out, dtype=DT)))
+    state = method._refresh(state.replace(layers=tuple(layers)), covariance=True, inverses=True)
     N, lam, kl = 40, 2.0, 1.0
     g_in = kl * lam / N
     for l, (_, _, d_in, d_out) in enumerate(model.slices):
-        A, S = state[f"A{l}"][0], state[f"S{l}"][0]
+        A, S = state.layers[l].A[0], state.layers[l].S[0]
         pi = math.sqrt((A.trace() / A.shape[0]) / (S.trace() / S.shape[0]))
         A_d = A + pi * math.sqrt(g_in) * torch.eye(A.shape[0], dtype=DT)
         S_d = S + math.sqrt(g_in) / pi * torch.eye(S.shape[0], dtype=DT)
@@ -61,7 +63,7 @@ def test_sampled_weights_have_the_kronecker_covariance_of_eq13(damping_ex):
         E = torch.eye(n, dtype=DT).reshape(n, d_in + 1, d_out)  # W - M is linear in eps: read off its matrix
         eps = [torch.zeros(1, n, di + 1, do, dtype=DT) for _, _, di, do in model.slices]
         eps[l] = E[None]
-        Wc = method._sample_hom(state, eps)[l][0] - method._hom(state["mean"], l)[0]
+        Wc = method._weights(state, eps)[l][0] - method._hom(state.mean, l)[0]
         T = Wc.reshape(n, n).T
         cov = T @ T.T  # Cov of vec(W) (row-major)
         assert torch.allclose(cov, torch.kron(kl / N * torch.linalg.inv(A_d), torch.linalg.inv(S_d)),
@@ -71,7 +73,9 @@ def test_sampled_weights_have_the_kronecker_covariance_of_eq13(damping_ex):
         A_g = A + pi * math.sqrt(gam) * torch.eye(A.shape[0], dtype=DT)
         S_g = S + math.sqrt(gam) / pi * torch.eye(S.shape[0], dtype=DT)
         V = torch.randn(1, d_in + 1, d_out, generator=g, dtype=DT)
-        assert torch.allclose(method._precondition(state, l, V)[0],
+        Vs = [torch.zeros(1, di + 1, do, dtype=DT) for _, _, di, do in model.slices]
+        Vs[l] = V
+        assert torch.allclose(method._precondition_all(state, Vs)[l][0],
                               torch.linalg.inv(A_g) @ V[0] @ torch.linalg.inv(S_g))
 
 
@@ -83,14 +87,14 @@ def test_a_factor_indefinite_in_floating_point_is_clamped_as_the_authors_code_an
                                 noise_prec=torch.ones(2, dtype=DT), y_scale=torch.ones(2, dtype=DT)), g)
     Q, _ = torch.linalg.qr(torch.randn(4, 4, generator=g, dtype=DT))
     A_bad = Q @ torch.diag(torch.tensor([3.0, 1.0, 0.5, -0.4], dtype=DT)) @ Q.T   # below -damping: not PD once damped
-    state["A1"] = torch.stack([A_bad, torch.full((4, 4), float("nan"), dtype=DT)])
-    state = method._refresh(state, covariance=True, inverses=True)
-    A_d, _, floor, _ = method._damped(state, 1, torch.full((2,), 2.0 / 40, dtype=DT))
+    bad = state.layers[1].replace(A=torch.stack([A_bad, torch.full((4, 4), float("nan"), dtype=DT)]))
+    state = method._refresh(state.replace(layers=(state.layers[0], bad)), covariance=True, inverses=True)
+    A_d, _, floor, _ = state.layers[1].damped(torch.full((2,), 2.0 / 40, dtype=DT))
     assert floor[0] < 0.4
     A_clamped = Q @ torch.diag(torch.tensor([3.0, 1.0, 0.5, 0.0], dtype=DT)) @ Q.T + floor[0] * torch.eye(4, dtype=DT)
-    cA = state["cA1"][0] / math.sqrt(1.0 / 40)
+    cA = state.layers[1].cA[0] / math.sqrt(1.0 / 40)
     assert torch.allclose(cA @ cA.T, torch.linalg.inv(A_clamped))
-    assert torch.isnan(state["cA1"][1]).all()
+    assert torch.isnan(state.layers[1].cA[1]).all()
 
 
 def test_kfac_factors_match_the_explicit_fisher_of_a_tiny_network():
@@ -103,10 +107,10 @@ def test_kfac_factors_match_the_explicit_fisher_of_a_tiny_network():
     method = METHODS["noisy_kfac"](OmegaConf.create(cfg), model, "gaussian")
     state = method.init(_problem(model), g)
     tau = 2.0
-    state["noise_prec"] = torch.tensor([tau], dtype=DT)
+    state = state.replace(noise_prec=torch.tensor([tau], dtype=DT))
     x, y = torch.randn(1, 1, 2, generator=g, dtype=DT), torch.randn(1, 1, generator=g, dtype=DT)
     new, _ = method.step(state, Batch(x, y, torch.tensor([40])), method.noise(state, Batch(x, y, None), g))
-    theta = state["mean"][0]
+    theta = state.mean[0]
     for l in range(2):
         hom = method._hom(theta, l)
 
@@ -118,7 +122,7 @@ def test_kfac_factors_match_the_explicit_fisher_of_a_tiny_network():
 
         J = jacrev(f_of)(hom).flatten()
         F = tau * torch.outer(J, J)
-        K = torch.kron(new[f"A{l}"][0], new[f"S{l}"][0])
+        K = torch.kron(new.layers[l].A[0], new.layers[l].S[0])
         assert torch.allclose(K, F, rtol=0.05, atol=0.05 * F.abs().max().item())
 
 
@@ -134,7 +138,7 @@ def test_noisy_adam_step_matches_algorithm_1():
     P, N, lam, tau = model.n_params, 40, 2.0, 1.0
     x, y = torch.randn(1, 5, 2, generator=g, dtype=DT), torch.randn(1, 5, generator=g, dtype=DT)
     batch = Batch(x, y, torch.tensor([N]))
-    mu, m, f = state["mean"][0].clone(), torch.zeros(P, dtype=DT), torch.zeros(P, dtype=DT)
+    mu, m, f = state.mean[0].clone(), torch.zeros(P, dtype=DT), torch.zeros(P, dtype=DT)
     g_in = lam / N
 
     def grad_ll(w, yy):
@@ -162,8 +166,8 @@ def test_noisy_adam_step_matches_algorithm_1():
         m = 0.9 * m + 0.1 * torch.stack(vs).mean(0)
         f = 0.999 * f + 0.001 * torch.stack(fs).mean(0)
         mu = mu + 0.01 * (m / (1 - 0.9 ** k)) / (f + g_in)
-        assert torch.allclose(state["mean"][0], mu, rtol=1e-10, atol=1e-12)
-        assert torch.allclose(state["f"][0], f, rtol=1e-10, atol=1e-15)
+        assert torch.allclose(state.mean[0], mu, rtol=1e-10, atol=1e-12)
+        assert torch.allclose(state.f[0], f, rtol=1e-10, atol=1e-15)
 
 
 def test_matrix_normal_kl_against_dense():
@@ -171,16 +175,17 @@ def test_matrix_normal_kl_against_dense():
     model = MLP([2, 3, 1])
     method = METHODS["noisy_kfac"](OmegaConf.create(dict(KFAC, kl_weight=0.7)), model, "gaussian")
     state = method.init(_problem(model, lam=2.0), g)
+    layers = []
     for l, (_, _, d_in, d_out) in enumerate(model.slices):
         X = torch.randn(1, d_in + 1, d_in + 1, generator=g, dtype=DT)
-        state[f"A{l}"] = X @ X.transpose(1, 2) + 0.3 * torch.eye(d_in + 1, dtype=DT)
-    state = method._refresh(state, covariance=True, inverses=True)
-    state["mean"] = torch.randn(1, model.n_params, generator=g, dtype=DT)
+        layers.append(state.layers[l].replace(A=X @ X.transpose(1, 2) + 0.3 * torch.eye(d_in + 1, dtype=DT)))
+    state = method._refresh(state.replace(layers=tuple(layers)), covariance=True, inverses=True)
+    state = state.replace(mean=torch.randn(1, model.n_params, generator=g, dtype=DT))
     ref = 0.0
     for l, (_, _, d_in, d_out) in enumerate(model.slices):
-        U = state[f"cA{l}"][0] @ state[f"cA{l}"][0].T
-        V = state[f"cS{l}"][0] @ state[f"cS{l}"][0].T
-        M = method._hom(state["mean"], l)[0].flatten()
+        U = state.layers[l].cA[0] @ state.layers[l].cA[0].T
+        V = state.layers[l].cS[0] @ state.layers[l].cS[0].T
+        M = method._hom(state.mean, l)[0].flatten()
         k = M.numel()
         q = torch.distributions.MultivariateNormal(M, covariance_matrix=torch.kron(U, V))
         p = torch.distributions.MultivariateNormal(torch.zeros(k, dtype=DT),
@@ -200,15 +205,15 @@ def test_noisy_adam_fisher_is_the_per_example_fisher_of_a_tiny_network():
     method = METHODS["noisy_adam"](OmegaConf.create(cfg), model, "gaussian")
     state = method.init(_problem(model), g)
     tau, B = 2.0, 6
-    state["noise_prec"] = torch.tensor([tau], dtype=DT)
+    state = state.replace(noise_prec=torch.tensor([tau], dtype=DT))
     x, y = torch.randn(1, B, 2, generator=g, dtype=DT), torch.randn(1, B, generator=g, dtype=DT)
     batch = Batch(x, y, torch.tensor([40]))
     new, _ = method.step(state, batch, method.noise(state, batch, g))
-    theta = state["mean"][0]
+    theta = state.mean[0]
     J = jacrev(lambda th: model.forward(th[None, None], x)[0, 0, :, 0])(theta)  # [B, P]
     F_diag = tau * (J * J).mean(0)
-    assert torch.allclose(new["f"][0], F_diag, rtol=0.05, atol=0.02 * F_diag.max().item())
-    assert not new["f"].requires_grad  # no autograd graph carried from step to step
+    assert torch.allclose(new.f[0], F_diag, rtol=0.05, atol=0.02 * F_diag.max().item())
+    assert not new.f.requires_grad  # no autograd graph carried from step to step
 
 
 def test_noisy_kfac_momentum_step_against_dense_transcription():
@@ -226,9 +231,9 @@ def test_noisy_kfac_momentum_step_against_dense_transcription():
     x, y = torch.randn(1, B, 2, generator=g, dtype=DT), torch.randn(1, B, generator=g, dtype=DT)
     batch = Batch(x, y, torch.tensor([N]))
     L = len(model.slices)
-    mu = state["mean"][0].clone()
-    A = [state[f"A{l}"][0].clone() for l in range(L)]
-    S = [state[f"S{l}"][0].clone() for l in range(L)]
+    mu = state.mean[0].clone()
+    A = [state.layers[l].A[0].clone() for l in range(L)]
+    S = [state.layers[l].S[0].clone() for l in range(L)]
     mom = [torch.zeros(d_in + 1, d_out, dtype=DT) for _, _, d_in, d_out in model.slices]
 
     def flat_from_hom(hs):
@@ -236,7 +241,7 @@ def test_noisy_kfac_momentum_step_against_dense_transcription():
 
     for k in range(1, 4):
         eps, yn = method.noise(state, batch, g)
-        hom_s = [h[0].detach() for h in method._sample_hom(state, eps)]  # sampled weights (eq. 13, tested above)
+        hom_s = [h[0].detach() for h in method._weights(state, eps)]  # sampled weights (eq. 13, tested above)
         damped = []
         for l in range(L):  # eq. 13 damping of the factors before this step
             pi = math.sqrt((A[l].trace() / A[l].shape[0]) / (S[l].trace() / S[l].shape[0]))
@@ -274,10 +279,16 @@ def test_noisy_kfac_momentum_step_against_dense_transcription():
             A[l] = (1 - beta) * A[l] + beta * newA[l]
             S[l] = (1 - beta) * S[l] + beta * newS[l]
         mu = mu + alpha * flat_from_hom(steps)
-        assert torch.allclose(state["mean"][0], mu, rtol=1e-9, atol=1e-12)
+        assert torch.allclose(state.mean[0], mu, rtol=1e-9, atol=1e-12)
         for l in range(L):
-            assert torch.allclose(state[f"A{l}"][0], A[l], rtol=1e-9, atol=1e-12)
-            assert torch.allclose(state[f"S{l}"][0], S[l], rtol=1e-9, atol=1e-12)
+            assert torch.allclose(state.layers[l].A[0], A[l], rtol=1e-9, atol=1e-12)
+            assert torch.allclose(state.layers[l].S[0], S[l], rtol=1e-9, atol=1e-12)
+
+
+@state_class
+class _Steps(State):
+    """A state with a step count only: what ``gamma_noise.step`` reads besides q(tau)."""
+    t: torch.Tensor
 
 
 def test_gamma_noise_converges_to_the_conjugate_posterior():
@@ -289,14 +300,15 @@ def test_gamma_noise_converges_to_the_conjugate_posterior():
     N, R = torch.tensor([50, 400]), 2
     f = torch.randn(R, 3, 8, 1, generator=g, dtype=DT)
     y = torch.randn(R, 8, generator=g, dtype=DT)
-    state = {"n_data": N, "t": torch.zeros(R, dtype=torch.long), **gamma_noise.init_state(cfg, R, "cpu", DT)}
+    state = _Steps(n_data=N, prior_prec=torch.ones(R, 1, dtype=DT), t=torch.zeros(R, dtype=torch.long),
+                   **gamma_noise.init_state(cfg, R, "cpu", DT))
     for _ in range(6000):
-        state = {**state, **gamma_noise.step(cfg, state, f, y, lr_scale=1.0), "t": state["t"] + 1}
+        state = state.replace(**gamma_noise.step(cfg, state, f, y, lr_scale=1.0), t=state.t + 1)
     r2 = ((y.unsqueeze(1) - f[..., 0]) ** 2).mean(dim=(1, 2))
-    a, b = state["log_ab"].exp().unbind(-1)
+    a, b = state.noise_q.log_ab.exp().unbind(-1)
     assert torch.allclose(a, (6.0 + N / 2).to(DT), rtol=5e-3)
     assert torch.allclose(b, 6.0 + N * r2 / 2, rtol=5e-3)
-    assert torch.allclose(state["noise_prec"], a / b)
+    assert torch.allclose(state.noise_prec, a / b)
 
 
 def test_bbb_learns_the_noise_and_predicts_with_sampled_precisions():
@@ -312,7 +324,7 @@ def test_bbb_learns_the_noise_and_predicts_with_sampled_precisions():
     batch = Batch(x, 3 * torch.randn(1, 16, generator=g, dtype=DT), torch.tensor([40]))
     for _ in range(50):
         state, _ = method.update(state, batch, g)
-    assert state["noise_prec"][0] < 0.9      # residuals of variance ~9 pull E[tau] below the prior's 1
+    assert state.noise_prec[0] < 0.9      # residuals of variance ~9 pull E[tau] below the prior's 1
     pred = method.predict(state, x, 7, g)
     assert pred.noise_prec.shape == (1, 7) and pred.noise_prec.std() > 0
 
@@ -339,10 +351,10 @@ def test_sampled_target_cotangents_are_the_likelihood_gradient_and_update_runs_w
     x, y = torch.randn(1, 6, 3, generator=g, dtype=DT), torch.randn(1, 6, generator=g, dtype=DT)
     batch = Batch(x, y, torch.tensor([40]))
     noise = method.noise(state, batch, g)
-    layers = (method._layers_from_hom(method._sample_hom(state, noise[0])) if name == "noisy_kfac"
-              else model.sampled_layers(state["mean"], method.std(state), noise[0]))
+    layers = (method._layers_from_hom(method._weights(state, noise[0])) if name == "noisy_kfac"
+              else model.sampled_layers(state.mean, method.std(state), noise[0]))
     f, _, _, _, ds = method._backprop_observed_and_sampled(state, layers, x, y, noise[1])
-    lik = Gaussian(state["noise_prec"])
+    lik = Gaussian(state.noise_prec)
     assert torch.allclose(ds[-1], lik.grad_f(f, lik.sample(f, noise[1])), rtol=1e-10, atol=1e-12)
 
     g_state = g.get_state()
@@ -350,25 +362,26 @@ def test_sampled_target_cotangents_are_the_likelihood_gradient_and_update_runs_w
         ref, _ = method.step(state, batch, method.noise(state, batch, g))
     g.set_state(g_state)
     new, _ = method.update(state, batch, g)
-    assert new["mean"].is_inference() and not ref["mean"].is_inference()
-    for k, v in ref.items():
-        if torch.is_tensor(v) and v.is_floating_point():
+    assert new.mean.is_inference() and not ref.mean.is_inference()
+    new = new.tensors()
+    for k, v in ref.tensors().items():
+        if v.is_floating_point():
             assert torch.equal(new[k], v), k
 
 
 def test_one_by_one_factor_square_root_matches_the_general_path_and_clamps_alike():
     """A 1 x 1 damped factor X (a layer with one output): C = X^-1/2; X <= 0 (indefinite in floating point) is clamped
     at the damping floor as the eigenvalue path does; a non-finite X gives NaN (the engine stops the run)."""
-    from bnnbench.methods.kfac.noisy import _inv_chol_t
+    from bnnbench.methods.kfac.kronecker import inv_chol_t
 
     X = torch.tensor([[[4.0]], [[-1.0]], [[0.0]], [[float("nan")]], [[float("-inf")]]], dtype=DT)
     floor = torch.tensor([1.0, 0.25, 0.04, 1.0, 1.0], dtype=DT)
-    C = _inv_chol_t(X, floor)[:, 0, 0]
+    C = inv_chol_t(X, floor)[:, 0, 0]
     assert torch.allclose(C[:3], torch.tensor([0.5, 2.0, 5.0], dtype=DT))
     assert torch.isnan(C[3:]).all()
     X2 = torch.cat([X[:3], torch.zeros(3, 1, 1, dtype=DT)], -1)         # the same factor padded to 2 x 2 with a
     X2 = torch.cat([X2, torch.tensor([0.0, 1.0], dtype=DT).expand(3, 1, 2)], -2)  # unit block: the general path
-    C2 = _inv_chol_t(X2, floor[:3])
+    C2 = inv_chol_t(X2, floor[:3])
     assert torch.allclose(C2[:, 0, 0], C[:3])
 
 
@@ -376,9 +389,9 @@ def test_a_factor_not_positive_definite_even_clamped_gives_nan_not_an_exception(
     """A diverging replica's factor (finite, ~1e307, rank one) cannot be factorised even with its eigenvalues clamped:
     its C is NaN, so the engine marks that replica diverged and a selection round scores it as failed, while the
     other replicas' factors are exact (C C^T = X^-1)."""
-    from bnnbench.methods.kfac.noisy import _inv_chol_t
+    from bnnbench.methods.kfac.kronecker import inv_chol_t
     X = torch.full((2, 3, 3), 1e307, dtype=torch.float64)
     X[1] = torch.eye(3, dtype=torch.float64) * 2 + 0.5
-    C = _inv_chol_t(X, torch.tensor([1e-3, 1e-3], dtype=torch.float64))
+    C = inv_chol_t(X, torch.tensor([1e-3, 1e-3], dtype=torch.float64))
     assert torch.isnan(C[0]).all()
     assert torch.allclose(C[1] @ C[1].T, torch.linalg.inv(X[1]))

@@ -4,6 +4,7 @@ Gaussian graphical model (Martens & Grosse 2015, Sec. 4.3) formed densely from t
 layers, the inverse of the whole 2 x 2 block matrix); samples have that covariance; without cross-layer statistics it
 is block-diagonal noisy K-FAC; its KL, its cross-layer statistics and its replica invariance."""
 
+import dataclasses
 import math
 
 import pytest
@@ -11,7 +12,9 @@ import torch
 from omegaconf import OmegaConf
 
 from bnnbench.run.contract import check_method, slice_noise
-from bnnbench.methods import METHODS, Batch, Problem, slice_state
+from bnnbench.methods import METHODS, Batch, Problem
+from bnnbench.methods.kfac.kronecker import Kronecker
+from bnnbench.methods.kfac.noisy import KFACState
 from bnnbench.core.models import MLP
 
 DT = torch.float64
@@ -42,6 +45,7 @@ def _with_statistics(method, model, g, cross: bool = True):
     state = method.init(_problem(model), g)
     dims = _dims(model)
     rows = 50
+    blocks = {}   # (factor, kind, l) -> tensor: factor 0 the a's (A), 1 the g's (S); kind "diag" or "cross"
     for k, which in enumerate((0, 1)):   # 0: a (A factors), 1: g (S factors)
         sizes = [d[which] for d in dims]
         latent = torch.randn(rows, 3, generator=g, dtype=DT)
@@ -52,10 +56,14 @@ def _with_statistics(method, model, g, cross: bool = True):
         off = [0] + list(torch.tensor(sizes).cumsum(0))
         for l in range(len(sizes)):
             blk = J[off[l]:off[l + 1], off[l]:off[l + 1]]
-            state[f"{'AS'[k]}{l}"] = blk[None].clone()
+            blocks[k, "diag", l] = blk[None].clone()
             if l < len(sizes) - 1:
                 x = J[off[l]:off[l + 1], off[l + 1]:off[l + 2]]
-                state[f"{'AS'[k]}x{l}"] = (x if cross else torch.zeros_like(x))[None].clone()
+                blocks[k, "cross", l] = (x if cross else torch.zeros_like(x))[None].clone()
+    L = len(dims)
+    state = state.replace(
+        layers=tuple(Kronecker(A=blocks[0, "diag", l], S=blocks[1, "diag", l]) for l in range(L)),
+        cross=tuple(Kronecker(A=blocks[0, "cross", l], S=blocks[1, "cross", l]) for l in range(L - 1)))
     return method._refresh(state, covariance=True, inverses=True)
 
 
@@ -65,12 +73,12 @@ def _dense_blocks(state, model, gamma):
     L = len(model.slices)
     diag, off = [], []
     for l in range(L):
-        A, S = state[f"A{l}"][0], state[f"S{l}"][0]
+        A, S = state.layers[l].A[0], state.layers[l].S[0]
         pi = math.sqrt((A.trace() / A.shape[0]) / (S.trace() / S.shape[0]))
         diag.append(torch.kron(A + pi * math.sqrt(gamma) * torch.eye(A.shape[0], dtype=DT),
                                S + math.sqrt(gamma) / pi * torch.eye(S.shape[0], dtype=DT)))
         if l < L - 1:
-            off.append(torch.kron(state[f"Ax{l}"][0], state[f"Sx{l}"][0]))
+            off.append(torch.kron(state.cross[l].A[0], state.cross[l].S[0]))
     return diag, off
 
 
@@ -105,7 +113,7 @@ def _ggm_inverse(diag, off):
 
 
 def _covariance(method, model, state):
-    """Cov of the flat [W; b] draws, read off the linear map eps -> w - mu of ``_sample_hom``."""
+    """Cov of the flat [W; b] draws, read off the linear map eps -> w - mu of ``_weights``."""
     dims = _dims(model)
     k = sum(a * b for a, b in dims)
     E = torch.eye(k, dtype=DT)
@@ -113,8 +121,8 @@ def _covariance(method, model, state):
     for a, b in dims:
         eps.append(E[:, at:at + a * b].reshape(1, k, a, b))
         at += a * b
-    hom = method._sample_hom(state, eps)
-    T = torch.cat([(h[0] - method._hom(state["mean"], l)[0]).reshape(k, -1) for l, h in enumerate(hom)], 1).T
+    hom = method._weights(state, eps)
+    T = torch.cat([(h[0] - method._hom(state.mean, l)[0]).reshape(k, -1) for l, h in enumerate(hom)], 1).T
     return T @ T.T
 
 
@@ -189,7 +197,7 @@ def test_samples_have_the_covariance_the_method_claims():
     n = 200_000
     layers = method.sample_layers(state, n, g)
     w = torch.cat([torch.cat([W[0], b[0].unsqueeze(-2)], -2).flatten(-2) for W, b in layers], -1)
-    mu = torch.cat([method._hom(state["mean"], l)[0].flatten() for l in range(2)])
+    mu = torch.cat([method._hom(state.mean, l)[0].flatten() for l in range(2)])
     d = w - mu
     emp = d.T @ d / n
     se = torch.sqrt((torch.outer(Sigma.diagonal(), Sigma.diagonal()) + Sigma ** 2) / n)
@@ -204,7 +212,8 @@ def test_without_cross_layer_statistics_it_is_block_diagonal_noisy_kfac():
     model, method = _method([3, 4, 2, 1], damping_ex=0.2)
     state = _with_statistics(method, model, g, cross=False)
     kfac = METHODS["noisy_kfac"](OmegaConf.create({**CFG, "damping_ex": 0.2}), model, "gaussian")
-    ref = kfac._refresh({k: v for k, v in state.items()}, covariance=True, inverses=True)
+    ref = kfac._refresh(KFACState(**{f.name: getattr(state, f.name) for f in dataclasses.fields(KFACState)}),
+                        covariance=True, inverses=True)
     _close(_covariance(method, model, state), _covariance(kfac, model, ref))
     _close(_preconditioner(method, model, state), _preconditioner(kfac, model, ref))
     assert torch.allclose(method.kl(state), kfac.kl(ref), rtol=1e-10)
@@ -214,9 +223,9 @@ def test_kl_is_the_dense_gaussian_kl():
     g = torch.Generator().manual_seed(4)
     model, method = _method([3, 4, 2, 1], kl_weight=0.7)
     state = _with_statistics(method, model, g)
-    state["mean"] = torch.randn(1, model.n_params, generator=g, dtype=DT)
+    state = state.replace(mean=torch.randn(1, model.n_params, generator=g, dtype=DT))
     Sigma = _covariance(method, model, state)
-    mu = torch.cat([method._hom(state["mean"], l)[0].flatten() for l in range(3)])
+    mu = torch.cat([method._hom(state.mean, l)[0].flatten() for l in range(3)])
     eta = 1 / LAM
     q = torch.distributions.MultivariateNormal(mu, Sigma)
     p = torch.distributions.MultivariateNormal(torch.zeros_like(mu), eta * torch.eye(len(mu), dtype=DT))
@@ -230,18 +239,19 @@ def test_cross_layer_statistics_are_the_means_over_samples_and_examples():
     model, method = _method([3, 4, 2, 1], beta=1.0, train_samples=3)
     state = method.init(_problem(model), g)
     x, y = torch.randn(1, 5, 3, generator=g, dtype=DT), torch.randn(1, 5, generator=g, dtype=DT)
-    batch = Batch(x, y, state["n_data"])
+    batch = Batch(x, y, state.n_data)
     noise = method.noise(state, batch, g)
     new, _ = method.step(state, batch, noise)
-    layers = method._layers_from_hom(method._sample_hom(state, noise[0]))
+    layers = method._layers_from_hom(method._weights(state, noise[0]))
     _, _, acts, _, ds = method._backprop_observed_and_sampled(state, layers, x, y, noise[1])
     hom = [torch.cat([a.expand(1, 3, 5, -1), torch.ones(1, 3, 5, 1, dtype=DT)], -1) for a in acts]
     for l in range(2):
         A = torch.einsum("rsbi,rsbj->rij", hom[l], hom[l + 1]) / 15
         G = torch.einsum("rsbi,rsbj->rij", ds[l], ds[l + 1]) / 15
-        assert torch.allclose(new[f"Ax{l}"], A) and torch.allclose(new[f"Sx{l}"], G)
-        assert torch.allclose(new[f"A{l}"], torch.einsum("rsbi,rsbj->rij", hom[l], hom[l]) / 15)
-    J = torch.cat([torch.cat([new["A0"], new["Ax0"]], -1), torch.cat([new["Ax0"].mT, new["A1"]], -1)], -2)
+        assert torch.allclose(new.cross[l].A, A) and torch.allclose(new.cross[l].S, G)
+        assert torch.allclose(new.layers[l].A, torch.einsum("rsbi,rsbj->rij", hom[l], hom[l]) / 15)
+    A0, A1, Ax0 = new.layers[0].A, new.layers[1].A, new.cross[0].A
+    J = torch.cat([torch.cat([A0, Ax0], -1), torch.cat([Ax0.mT, A1], -1)], -2)
     assert torch.linalg.eigvalsh(J).min() > -1e-12   # the joint second moment: positive semi-definite
 
 
@@ -254,14 +264,15 @@ def test_the_method_contract_and_replica_invariance_of_a_deeper_chain():
                                 noise_prec=torch.ones(R, dtype=DT), y_scale=torch.ones(R, dtype=DT)), g)
     for _ in range(4):
         x, y = torch.randn(R, 6, 3, generator=g, dtype=DT), torch.randn(R, 6, generator=g, dtype=DT)
-        batch = Batch(x, y, state["n_data"])
+        batch = Batch(x, y, state.n_data)
         noise = method.noise(state, batch, g)
         new, _ = method.step(state, batch, noise)
         for r in range(R):
-            alone, _ = method.step(slice_state(state, r), Batch(x[r:r + 1], y[r:r + 1], batch.n_data[r:r + 1]),
+            alone, _ = method.step(state[r], Batch(x[r:r + 1], y[r:r + 1], batch.n_data[r:r + 1]),
                                    slice_noise(noise, r))
-            for k in new:
-                assert torch.allclose(new[k][r:r + 1], alone[k], rtol=1e-10, atol=1e-12), (r, k)
+            alone = alone.tensors()
+            for k, v in new.tensors().items():
+                assert torch.allclose(v[r:r + 1], alone[k], rtol=1e-10, atol=1e-12), (r, k)
         state = new
-    assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
-    assert (state["Ax0"].abs().sum() > 0) and (state["Sx1"].abs().sum() > 0)
+    assert all(torch.isfinite(v).all() for v in state.tensors().values() if v.is_floating_point())
+    assert (state.cross[0].A.abs().sum() > 0) and (state.cross[1].S.abs().sum() > 0)

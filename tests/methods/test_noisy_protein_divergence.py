@@ -46,7 +46,7 @@ def _train(kl_clip, R=16, N=40_000, n=2000, B=100, D=3, steps=120, seed=0):
             rows = perm[:, i:i + B]
             batch = Batch(torch.gather(X, 1, rows[..., None].expand(-1, -1, D)), torch.gather(y, 1, rows), n_data)
             state, stats = method.update(state, batch, g)
-            for v in state.values():
+            for v in state.tensors().values():
                 if v.is_floating_point() and v.dim() and v.shape[0] == R:
                     bad |= ~torch.isfinite(v).reshape(R, -1).all(1)
             k += 1

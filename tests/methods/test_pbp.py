@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from scipy import integrate, stats
 
-from bnnbench.methods import METHODS, Batch, Problem, slice_state
+from bnnbench.methods import METHODS, Batch, Problem
 from bnnbench.methods.adf.pbp import PBP, gamma_moment_match, layer_moments, relu_moments
 from bnnbench.core.models import MLP
 
@@ -91,18 +91,18 @@ def test_adf_update_of_a_linear_model_equals_the_tilted_moments():
     model = MLP([d, 1])
     method = _method(model)
     state = method.init(_problem(model, [10]), g)
-    state["var"] = torch.rand(1, model.n_params, generator=g, dtype=DT) + 0.5
-    m, v = state["mean"][0].clone(), state["var"][0].clone()
+    state = state.replace(var=torch.rand(1, model.n_params, generator=g, dtype=DT) + 0.5)
+    m, v = state.mean[0].clone(), state.var[0].clone()
     for _ in range(6):
         x, y = torch.randn(1, d, generator=g, dtype=DT), torch.randn(1, generator=g, dtype=DT)
-        state["noise_a"], state["noise_b"] = torch.tensor([3.0], dtype=DT), torch.tensor([2 * sigma2], dtype=DT)
+        state = state.replace(noise_a=torch.tensor([3.0], dtype=DT), noise_b=torch.tensor([2 * sigma2], dtype=DT))
         upd, _ = method.adf_update(state, x, y)
         phi = torch.cat([x[0], torch.ones(1, dtype=DT)]) / math.sqrt(d + 1)   # flat layout [W (d x 1), b]
         cov = torch.linalg.inv(torch.diag(1 / v) + torch.outer(phi, phi) / sigma2)
         m, v = cov @ (m / v + phi * y[0] / sigma2), torch.diagonal(cov).clone()
         assert torch.allclose(upd["mean"][0], m, rtol=1e-12, atol=1e-13)
         assert torch.allclose(upd["var"][0], v, rtol=1e-12, atol=1e-13)
-        state.update(mean=upd["mean"], var=upd["var"])
+        state = state.replace(mean=upd["mean"], var=upd["var"])
 
 
 @pytest.mark.parametrize("a, b, y, m, v", [(6.0, 6.0, 0.8, 0.1, 0.2), (40.0, 7.0, -1.5, 0.3, 0.05),
@@ -142,21 +142,22 @@ def test_wrapped_rows_are_skipped_and_each_replica_refines_its_own_prior_alone()
     x, y = torch.randn(3, 6, 2, generator=g, dtype=DT), torch.randn(3, 6, generator=g, dtype=DT)
     for r, n_r in enumerate(n):
         x[r, n_r:], y[r, n_r:] = float("nan"), float("nan")
-    prior0 = state["prior_a"].clone()
+    prior0 = state.prior_a.clone()
     for k in range(2):  # one epoch, two minibatches
-        batch = Batch(x[:, 3 * k:3 * k + 3], y[:, 3 * k:3 * k + 3], state["n_data"])
+        batch = Batch(x[:, 3 * k:3 * k + 3], y[:, 3 * k:3 * k + 3], state.n_data)
         new, st = method.step(state, batch, None)
         for r in range(3):
-            alone, st_r = method.step(slice_state(state, r), Batch(batch.x[r:r + 1], batch.y[r:r + 1],
-                                                                   batch.n_data[r:r + 1]), None)
-            for key in new:
-                assert torch.equal(new[key][r:r + 1], alone[key]), (key, r)
+            alone, st_r = method.step(state[r], Batch(batch.x[r:r + 1], batch.y[r:r + 1],
+                                                      batch.n_data[r:r + 1]), None)
+            alone = alone.tensors()
+            for key, v in new.tensors().items():
+                assert torch.equal(v[r:r + 1], alone[key]), (key, r)
             assert torch.equal(st["objective"][r:r + 1], st_r["objective"])
-        assert all(torch.isfinite(v).all() for v in new.values() if v.is_floating_point())
-        refined = new["prior_a"] != state["prior_a"]
+        assert all(torch.isfinite(v).all() for v in new.tensors().values() if v.is_floating_point())
+        refined = new.prior_a != state.prior_a
         assert refined.tolist() == ([False, True, False] if k == 0 else [True, False, True])
         state = new
-    assert state["pos"].tolist() == [0, 0, 0] and not torch.equal(state["prior_a"], prior0)
+    assert state.pos.tolist() == [0, 0, 0] and not torch.equal(state.prior_a, prior0)
 
 
 def test_a_float32_run_gives_pbp_float64_data_and_state():
@@ -175,4 +176,4 @@ def test_a_float32_run_gives_pbp_float64_data_and_state():
     method, data, problem = program(spec, ds, [(np.arange(20), np.arange(20, 30))], None,
                                     [{"prior_prec": 1.0, "noise_prec": 1.0}], opts)
     state = method.init(problem, torch.Generator().manual_seed(0))
-    assert data.x_train.dtype == DT and state["mean"].dtype == DT and state["noise_a"].dtype == DT
+    assert data.x_train.dtype == DT and state.mean.dtype == DT and state.noise_a.dtype == DT

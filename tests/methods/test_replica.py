@@ -3,6 +3,8 @@ the same update computed alone (same minibatch, same noise), a replica's solve i
 per-replica minibatching and standardisation."""
 
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +14,9 @@ from bnnbench import methods
 from bnnbench.run.config import ConfigError
 from bnnbench.run.contract import slice_noise
 from bnnbench.run.engine import ReplicaData, Standardiser, epoch_batches, evaluate, make_batch, train
-from bnnbench.methods import METHODS, MAP, Batch, Problem, slice_state
+from bnnbench.methods import METHODS, MAP, Batch, Problem, State, state_class
+from bnnbench.methods.base import hyper_state
+from bnnbench.methods.point.map import MAPState
 from bnnbench.core.models import MLP
 from bnnbench.run.protocol import RunSpec
 from bnnbench.run.fit import make_problem
@@ -56,12 +60,15 @@ def test_every_registered_method_is_a_config_option_with_its_defaults():
             OmegaConf.structured(cls.Config)), name
 
 
-def _problem(R, model, g):
+def _problem(R, model, g, declared=()):
+    """R replicas' hyper-parameters, with the per-replica hyper-parameters among ``declared`` (the method's
+    ``replica_hparams``: a state class has a field for each it declares, and none for others) as ``make_problem``."""
     prior = torch.rand(R, 1, generator=g, dtype=DT).expand(R, model.n_params) + 0.5
+    hparams = {"dropout": torch.tensor([0.05, 0.1, 0.2][:R], dtype=DT)}
     return Problem("gaussian", n_data=torch.tensor([40, 37, 40][:R]), prior_prec=prior.clone(),
                    noise_prec=torch.rand(R, generator=g, dtype=DT) + 0.5,
                    y_scale=torch.rand(R, generator=g, dtype=DT) + 0.5,
-                   hparams={"dropout": torch.tensor([0.05, 0.1, 0.2][:R], dtype=DT)})
+                   hparams={k: v for k, v in hparams.items() if k in declared})
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -72,19 +79,23 @@ def test_replica_update_equals_update_alone(case):
     model = MLP([d_in, 6, 1])
     method = METHODS[name](method_cfg(name, **settings), model, "gaussian")
     R = 3
-    state = method.init(_problem(R, model, g), g)
-    B = int(state["n_data"].max()) if method.full_batch else 5   # a full-batch method sees every row (HMC)
+    state = method.init(_problem(R, model, g, method.replica_hparams), g)
+    assert isinstance(state, State), (case, type(state))
+    B = int(state.n_data.max()) if method.full_batch else 5   # a full-batch method sees every row (HMC)
     batch = Batch(x=torch.randn(R, B, d_in, generator=g, dtype=DT), y=torch.randn(R, B, generator=g, dtype=DT),
-                  n_data=state["n_data"])
+                  n_data=state.n_data)
     for _ in range(3):  # a few steps so that optimiser moments are non-trivial
         noise = method.noise(state, batch, g)
         new, stats = method.step(state, batch, noise)
         for r in range(R):
             alone_batch = Batch(batch.x[r:r + 1], batch.y[r:r + 1], batch.n_data[r:r + 1])
             nz = _slice_noise(noise, r)
-            alone, st = method.step(slice_state(state, r), alone_batch, nz)
-            for k in new:
-                assert torch.allclose(new[k][r:r + 1], alone[k], rtol=1e-12, atol=1e-14), (case, k, r)
+            alone, st = method.step(state[r], alone_batch, nz)
+            assert type(alone) is type(new), (case, r)
+            alone = alone.tensors()
+            assert alone.keys() == new.tensors().keys(), (case, r)
+            for k, v in new.tensors().items():
+                assert torch.allclose(v[r:r + 1], alone[k], rtol=1e-12, atol=1e-14), (case, k, r)
             assert torch.allclose(stats["objective"][r], st["objective"][0], rtol=1e-12)
         state = new
 
@@ -109,9 +120,11 @@ def test_replica_solve_equals_solve_alone(name, tmp_path, monkeypatch):
         monkeypatch.setenv("BNNBENCH_CACHE", str(tmp_path / f"alone{r}"))
         alone_data = ReplicaData.build(X, y, pairs[u:u + 1], normalize_x=False, normalize_y=False, dtype=DT)
         alone, _ = method.solve(Problem("bernoulli", n_data[r:r + 1], prior[r:r + 1]), alone_data, gtol=1e-8)
-        assert alone.keys() == state.keys()
-        for k in state:
-            assert torch.equal(state[k][r:r + 1], alone[k]), (name, k, r)
+        assert type(alone) is type(state) and isinstance(state, State)
+        alone = alone.tensors()
+        assert alone.keys() == state.tensors().keys()
+        for k, v in state.tensors().items():
+            assert torch.equal(v[r:r + 1], alone[k]), (name, k, r)
 
 
 _slice_noise = slice_noise   # the contract's: the same slicing as bnnbench check-method
@@ -124,10 +137,22 @@ def _toy(n=30, d=3, seed=0):
     return X, y
 
 
+@state_class
+class _TemperedMAPState(MAPState):
+    """MAP's state and each replica's temperature ``[R]``."""
+    temperature: torch.Tensor
+
+
 class _TemperedMAP(MAP):
-    """A method that declares a per-replica hyper-parameter of its own."""
+    """A method that declares a per-replica hyper-parameter of its own (and a field for it in its state class)."""
     name = "tempered_map"
     replica_hparams = {"temperature": (0.5, 20.0)}
+
+    def init(self, problem, generator):
+        theta = self.init_params(problem, generator)
+        z = torch.zeros_like(theta)
+        return _TemperedMAPState(**hyper_state(problem), theta=theta, m=z, v=z.clone(),
+                                 t=torch.zeros(problem.n_replicas, dtype=torch.long, device=theta.device))
 
 
 def _spec(method_cfg: dict) -> RunSpec:
@@ -152,10 +177,10 @@ def test_declared_replica_hparams_reach_the_state_per_replica(monkeypatch, name,
     assert sorted(problem.hparams) == ([declared] if declared else [])
     state = methods.method_class(name)(spec.method, model, "gaussian").init(problem, torch.Generator().manual_seed(0))
     undeclared = {"dropout", "temperature"} - {declared}
-    assert not undeclared & set(state)
+    assert not undeclared & {f.name for f in fields(state)}
     if declared:
         expected = torch.tensor([h[declared] for h in hparams], dtype=DT)
-        assert state[declared].dtype == DT and torch.equal(state[declared], expected)
+        assert getattr(state, declared).dtype == DT and torch.equal(getattr(state, declared), expected)
 
 
 def test_lr_drop_is_the_lr_scale_passed_to_update():
@@ -179,8 +204,9 @@ def test_lr_drop_is_the_lr_scale_passed_to_update():
                 state, _ = method.update(state, make_batch(data, rows), g, lr_scale=scale)
         return state
     dropped, constant = by_hand([1.0, 1.0, 0.25, 0.25]), by_hand([1.0] * 4)
-    assert all(torch.equal(res.state[k], dropped[k]) for k in dropped)
-    assert not torch.equal(res.state["mean"], constant["mean"])
+    trained, dropped = res.state.tensors(), dropped.tensors()
+    assert trained.keys() == dropped.keys() and all(torch.equal(trained[k], v) for k, v in dropped.items())
+    assert not torch.equal(res.state.mean, constant.mean)
 
 
 def test_epoch_batches_wrap_and_short_last_batch():
@@ -247,7 +273,7 @@ def test_evaluate_padded_equals_alone():
     state = method.init(prob, g)
     m_both = evaluate(method, state, both, 1, g, "regression")
     alone = ReplicaData.build(X, y, pairs[1:], dtype=DT)
-    m_alone = evaluate(method, slice_state(state, 1), alone, 1, g, "regression")
+    m_alone = evaluate(method, state[1], alone, 1, g, "regression")
     for k in m_both:
         assert m_both[k][1].item() == pytest.approx(m_alone[k][0].item(), rel=1e-10)
 
@@ -278,8 +304,9 @@ def test_evaluation_in_sample_chunks_equals_one_pass(task):
     data = ReplicaData.build(X, y, [(np.arange(0, 30), np.arange(30, 40))], normalize_y=task == "regression",
                              dtype=DT)
     out = 1 if task == "regression" else 3
-    one = evaluate(_CountingMethod(out), {}, data, 12, None, task)
-    chunked = evaluate(_CountingMethod(out), {}, data, 12, None, task, max_elems=10 * 5 * 5)
+    state = State(n_data=data.n_train, prior_prec=torch.ones(1, 1, dtype=DT))   # the method reads none of it
+    one = evaluate(_CountingMethod(out), state, data, 12, None, task)
+    chunked = evaluate(_CountingMethod(out), state, data, 12, None, task, max_elems=10 * 5 * 5)
     assert set(one) == set(chunked) and len(one) >= 3
     for k in one:
         assert chunked[k].item() == pytest.approx(one[k].item(), rel=1e-12, abs=1e-14), k

@@ -36,8 +36,8 @@ def _nll(tau):
 def test_full_rank_slang_equals_full_gaussian_ef_update(eig, per_example):
     model, method, state, batch, g, (N, tau, lam) = _setup(rank=13, eig=eig, per_example=per_example)
     P = model.n_params
-    mean = state["mean"][0].clone()
-    prec = torch.diag(state["d"][0].clone())   # dense precision of q
+    mean = state.mean[0].clone()
+    prec = torch.diag(state.d[0].clone())   # dense precision of q
     m = torch.zeros(P, dtype=DT)
     for t in range(1, 5):
         noise = method.noise(state, batch, g)
@@ -52,9 +52,9 @@ def test_full_rank_slang_equals_full_gaussian_ef_update(eig, per_example):
         prec = 0.8 * prec + 0.2 * (G_hat + lam * torch.eye(P, dtype=DT))
         m = 0.9 * m + 0.1 * g_hat
         mean = mean - alpha * torch.linalg.solve(prec, m / (1 - 0.9 ** t) + lam * mean)
-        U, d = state["U"][0], state["d"][0]
+        U, d = state.U[0], state.d[0]
         assert torch.allclose(U @ U.T + torch.diag(d), prec, rtol=1e-8, atol=1e-8)
-        assert torch.allclose(state["mean"][0], mean, rtol=1e-8, atol=1e-10)
+        assert torch.allclose(state.mean[0], mean, rtol=1e-8, atol=1e-10)
 
 
 @pytest.mark.parametrize("S", [2, 4])  # P = 13 > L + MS = 10: Gram route; 13 <= 18: dense P x P route
@@ -64,12 +64,12 @@ def test_low_rank_keeps_top_eigenvalues_and_the_exact_diagonal(S):
     for t in range(1, 4):
         noise = method.noise(state, batch, g)
         theta = method.sample(state, noise[0])[0]
-        U_old, d_old = state["U"][0], state["d"][0]
+        U_old, d_old = state.U[0], state.d[0]
         state, _ = method.step(state, batch, noise)
         grads = torch.cat([per_example_grads(model, _nll(tau), theta[s], batch.x[0], batch.y[0]) for s in range(S)])
         G_hat = N / grads.shape[0] * grads.T @ grads
         target = 0.8 * U_old @ U_old.T + 0.2 * G_hat
-        U, d = state["U"][0], state["d"][0]
+        U, d = state.U[0], state.d[0]
         e = torch.linalg.eigvalsh(target).flip(0)
         assert torch.allclose(torch.linalg.eigvalsh(U @ U.T).flip(0)[:2], e[:2], rtol=1e-8)
         full_diag = 0.8 * d_old + 0.2 * lam + target.diagonal()
@@ -95,17 +95,17 @@ def test_logistic_regression_against_the_dense_ef_update(rank, eig):
     for t in range(3):
         noise = method.noise(state, batch, g)
         theta = method.sample(state, noise[0])[0]
-        U_old, d_old, mean = state["U"][0], state["d"][0], state["mean"][0]
+        U_old, d_old, mean = state.U[0], state.d[0], state.mean[0]
         state, _ = method.step(state, batch, noise)
         grads = torch.cat([per_example_grads(model, bce, theta[s], batch.x[0], batch.y[0]) for s in range(S)])
         G_hat = N / grads.shape[0] * grads.T @ grads
         target = 0.8 * U_old @ U_old.T + 0.2 * G_hat
-        U, d = state["U"][0], state["d"][0]
+        U, d = state.U[0], state.d[0]
         assert torch.allclose((U * U).sum(1) + d, 0.8 * d_old + 0.2 * lam + target.diagonal(), rtol=1e-8)
         if rank == P:
             prec = U @ U.T + torch.diag(d)
             step = torch.linalg.solve(prec, N / grads.shape[0] * grads.sum(0) + lam * mean)
-            assert torch.allclose(state["mean"][0], mean - 0.1 * step, rtol=1e-8, atol=1e-10)
+            assert torch.allclose(state.mean[0], mean - 0.1 * step, rtol=1e-8, atol=1e-10)
         e = torch.linalg.eigvalsh(target).flip(0)[:rank]
         assert torch.allclose(torch.linalg.eigvalsh(U @ U.T).flip(0)[:rank], e, rtol=1e-6)
 
@@ -128,7 +128,7 @@ def test_eigenpairs_are_kept_relative_to_the_largest_at_any_scale(eig, M):
     bce = lambda f, y: torch.nn.functional.binary_cross_entropy_with_logits(f[0], y)  # noqa: E731
     noise = method.noise(state, batch, g)
     theta = method.sample(state, noise[0])[0]
-    d_old, mean = state["d"][0], state["mean"][0]
+    d_old, mean = state.d[0], state.mean[0]
     new, _ = method.step(state, batch, noise)
     grads = torch.cat([per_example_grads(model, bce, theta[s], batch.x[0], batch.y[0]) for s in range(S)])
     G_hat = N / grads.shape[0] * grads.T @ grads
@@ -140,6 +140,6 @@ def test_eigenpairs_are_kept_relative_to_the_largest_at_any_scale(eig, M):
     d_exact = 0.8 * d_old + 0.2 * lam + target.diagonal() - (U_exact ** 2).sum(1)
     g_hat = N / grads.shape[0] * grads.sum(0)
     step = torch.linalg.solve(U_exact @ U_exact.T + torch.diag(d_exact), g_hat + lam * mean)
-    U = new["U"][0]
+    U = new.U[0]
     assert torch.allclose(torch.linalg.eigvalsh(U @ U.T).flip(0)[:L], e, rtol=1e-6)
-    assert torch.allclose(new["mean"][0], mean - 0.1 * step, rtol=1e-6, atol=0)
+    assert torch.allclose(new.mean[0], mean - 0.1 * step, rtol=1e-6, atol=0)

@@ -43,7 +43,7 @@ def test_steps_match_the_matlab_code(name):
         cfg = dict(curvature="ef", covariance="diag", lr=0.3, beta=0.2, decay_lr=0.55, decay_beta=0.55, momentum=0.9,
                    train_samples=S, prec_init=1.0, init_mean="zero")
         method, state, g = _problem("full_gaussian", cfg, D, M, N)
-    gamma = state["prior_prec"][0].numpy()                       # [w, b] order, like the rows [x, 1]
+    gamma = state.prior_prec[0].numpy()                       # [w, b] order, like the rows [x, 1]
     P = D + 1
     mu, Sigma = np.zeros(P), np.eye(P)
     S_mat = np.linalg.inv(Sigma)
@@ -92,4 +92,4 @@ def test_vogn_without_momentum_is_the_plain_update():
     noise = method.noise(state, batch, g)
     a, _ = method.step(state, batch, noise)
     b, _ = plain.step(state, batch, noise)
-    assert torch.equal(a["mean"], b["mean"]) and torch.equal(a["prec"], b["prec"])
+    assert torch.equal(a.mean, b.mean) and torch.equal(a.prec, b.prec)

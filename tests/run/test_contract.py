@@ -1,6 +1,7 @@
 """Methods from other packages (entry points ``bnnbench.methods``) and the contract checks of ``bnnbench
-check-method``: every built-in method passes them; a method that modifies its input state, leaks between replicas or
-produces non-finite numbers is told which check failed; a bad entry point is refused with the reason."""
+check-method``: every built-in method passes them; a method whose state is not a typed ``State``, that modifies its
+input state, leaks between replicas or produces non-finite numbers is told which check failed; a bad entry point is
+refused with the reason."""
 
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
@@ -31,26 +32,37 @@ class MyMAP(MAP):
     Config = MyMAPConfig
 
 
-def _broken_map(name: str, after_step):
-    """MAP under ``name`` whose step then applies ``after_step(state_given, new_state) -> new_state``."""
+def _map_as(name: str, **overrides):
+    """MAP under ``name`` (with its own Config) with ``overrides`` (functions) in place of MAP's."""
     fields = {"__annotations__": {"name": str}, "name": name}
     config = dataclass(frozen=True)(type(f"{name}Config", (MAPConfig,), fields))
+    return type(name, (MAP,), {"name": name, "Config": config, **overrides})
 
+
+def _broken_map(name: str, after_step):
+    """MAP under ``name`` whose step then applies ``after_step(state_given, new_state) -> new_state``."""
     def step(self, state, batch, noise, lr_scale=1.0):
         new, stats = MAP.step(self, state, batch, noise, lr_scale)
         return after_step(state, new), stats
-    return type(name, (MAP,), {"name": name, "Config": config, "step": step})
+    return _map_as(name, step=step)
 
 
 def _in_place(state, new):
-    state["theta"].copy_(new["theta"])   # writes into the state it was given
+    state.theta.copy_(new.theta)   # writes into the state it was given
     return new
 
 
 InPlace = _broken_map("in_place", _in_place)
-Leaky = _broken_map("leaky", lambda state, new: {**new, "theta": new["theta"] - 1e-3 * new["theta"].mean(
-    0, keepdim=True)})   # mixes replicas
-BlowUp = _broken_map("blow_up", lambda state, new: {**new, "theta": new["theta"] / 0.0})
+Leaky = _broken_map("leaky", lambda state, new: new.replace(theta=new.theta - 1e-3 * new.theta.mean(
+    0, keepdim=True)))   # mixes replicas
+BlowUp = _broken_map("blow_up", lambda state, new: new.replace(theta=new.theta / 0.0))
+
+
+def _dict_init(self, problem, generator):
+    return MAP.init(self, problem, generator).tensors()   # MAP's tensors as a plain dict: a state written the old way
+
+
+DictState = _map_as("dict_state", init=_dict_init)
 
 
 def _entry_points(monkeypatch, **targets):
@@ -65,7 +77,7 @@ def test_an_entry_point_method_runs_like_a_built_in_one(monkeypatch, tmp_path, c
     assert found == {"my_map": MyMAP}
     monkeypatch.setitem(METHODS, "my_map", MyMAP)
     assert main(["check-method", "my_map"]) == 0
-    assert "all 6 contract checks passed" in capsys.readouterr().out
+    assert "all 7 contract checks passed" in capsys.readouterr().out
     from datapaths import MIRROR
     if not (MIRROR / "MANIFEST.md").is_file():
         pytest.skip("needs the data mirror")
@@ -99,6 +111,7 @@ def test_a_method_no_longer_registered_leaves_hydras_store(monkeypatch):
 
 
 @pytest.mark.parametrize("cls, failing", [
+    (DictState, "a typed state (a methods.State)"),
     (InPlace, "the given state is not modified"),
     (Leaky, "replica invariance (a replica's step equals its step alone)"),
     (BlowUp, "finite state and objective through a few steps"),
@@ -110,6 +123,17 @@ def test_a_method_that_breaks_the_contract_is_told_which_check(monkeypatch, caps
     assert main(["check-method", cls.name]) == 1
     out = capsys.readouterr().out
     assert f"FAIL  {failing}" in out and "fix them before a long run" in out
+
+
+def test_a_method_whose_state_is_a_dict_is_told_to_declare_a_state_class(monkeypatch):
+    """A plain dict (the states before issue #32) fails the typed-state check, which says what to do, and the checks
+    that need a typed state (slicing replicas, naming tensors) are not run on it."""
+    monkeypatch.setitem(METHODS, DictState.name, DictState)
+    results = check_method(DictState.name)
+    assert [c for c, _ in results] == ["typed Config with a default for every setting",
+                                       "a typed state (a methods.State)"]
+    assert results[0][1] is None
+    assert results[1][1] == "the state is a dict: declare a methods.State subclass with @state_class"
 
 
 @pytest.mark.parametrize("targets, match", [

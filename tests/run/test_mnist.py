@@ -51,8 +51,8 @@ def test_stages_train_on_50k_then_60k_and_resume_between_stages(tmp_path, env, m
     monkeypatch.setattr(stages_mod, "fit_replicas", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
     ref = _run(tmp_path / "ref")
     # stage 2 continues stage 1's state (SLANG's step counter goes on: the decays continue), with N = its data
-    assert [int(r.state["t"][0]) for r in seen] == [8, 16]
-    assert [int(r.state["n_data"][0]) for r in seen] == [400, 400]
+    assert [int(r.state.t[0]) for r in seen] == [8, 16]
+    assert [int(r.state.n_data[0]) for r in seen] == [400, 400]
     monkeypatch.setattr(stages_mod, "fit_replicas", real)
     assert [(s["split"], s["epochs"], s["n_train"], s["n_eval"]) for s in ref["stages"]] == [
         ("validation", 2, 400, 300), ("official", 2, 400, 300)]

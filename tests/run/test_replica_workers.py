@@ -12,6 +12,7 @@ from bnnbench.core.data import load_dataset
 from bnnbench.run.engine import DivergenceError
 from bnnbench.run.config import ConfigError
 from bnnbench.run.protocol import resolve
+from bnnbench.methods.point.map import MAPState
 from bnnbench.run.replica_workers import chunks, join_states, split_state
 from bnnbench.run.execute import execute
 from bnnbench.run.fit import FitOptions, fit
@@ -39,12 +40,15 @@ def test_chunks_are_contiguous_and_cover_the_replicas():
 
 
 def test_state_split_and_join_round_trip():
-    state = {"mean": torch.arange(10.0).reshape(5, 2), "t": torch.arange(5), "note": "x"}
+    state = MAPState(n_data=torch.arange(5), prior_prec=torch.ones(5, 2), theta=torch.arange(10.0).reshape(5, 2),
+                     m=torch.zeros(5, 2), v=torch.zeros(5, 2), t=torch.arange(5))
     parts = chunks(5, 2)
     back = join_states([split_state(state, idx, 5) for idx in parts], [len(i) for i in parts])
-    assert torch.equal(back["mean"], state["mean"]) and torch.equal(back["t"], state["t"]) and back["note"] == "x"
+    assert type(back) is MAPState and back.noise_prec is None
+    assert all(torch.equal(v, state.tensors()[k]) for k, v in back.tensors().items())
+    assert split_state(state, parts[1], 5).theta.shape == (3, 2)
     with pytest.raises(ValueError, match="not on the replica axis"):
-        split_state({"scale": torch.tensor(2.0)}, parts[0], 5)
+        split_state(state.replace(noise_prec=torch.tensor(2.0)), parts[0], 5)
 
 
 @needs_data
@@ -68,9 +72,11 @@ def test_each_chunk_trains_as_it_would_alone_with_its_seed():
         torch.set_num_threads(threads)
     for k in alone[0].final:
         assert torch.equal(joined.final[k], torch.cat([a.final[k] for a in alone])), k
-    for k in alone[0].state:
-        if torch.is_tensor(alone[0].state[k]):
-            assert torch.equal(joined.state[k], torch.cat([a.state[k] for a in alone])), k
+    assert type(joined.state) is type(alone[0].state)
+    parts, whole = [a.state.tensors() for a in alone], joined.state.tensors()
+    assert whole.keys() == parts[0].keys()
+    for k in parts[0]:
+        assert torch.equal(whole[k], torch.cat([p[k] for p in parts])), k
     assert joined.history.epochs == [1, 2]
     first = [a.history.metrics[0]["rmse"] for a in alone]
     assert joined.history.metrics[0]["rmse"] == first[0] + first[1]

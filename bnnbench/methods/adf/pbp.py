@@ -36,8 +36,9 @@ from dataclasses import dataclass
 
 import torch
 
-from bnnbench.methods.base import Method, Predictive, Problem, State
+from bnnbench.methods.base import Method, Predictive, Problem
 from bnnbench.methods.settings import MethodConfig
+from bnnbench.methods.state import State, state_class
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 MIN_VAR = 1e-100  # PBP_net's guard: a weight update leaving v below it (or a NaN) is undone
@@ -104,6 +105,26 @@ def log_gaussian(y, m, v):
     return -0.5 * torch.log(v) - LOG_SQRT_2PI - 0.5 * (y - m) ** 2 / v
 
 
+@state_class
+class PBPState(State):
+    """q(w) = N(mean, var) ``[R, P]``; the prior factors' sites N(w_p | site_mnat / site_prec, 1 / site_prec) and
+    Gamma(lambda | site_shape + 1, site_rate) ``[R, P]``; q(lambda) = Gamma(prior_a, prior_b) and q(gamma) =
+    Gamma(noise_a, noise_b) ``[R]``; the replica's position ``pos`` in the engine's epoch and the epoch's largest
+    training set ``n_max`` ``[R]``."""
+    n_max: torch.Tensor
+    pos: torch.Tensor
+    mean: torch.Tensor
+    var: torch.Tensor
+    site_prec: torch.Tensor
+    site_mnat: torch.Tensor
+    site_shape: torch.Tensor
+    site_rate: torch.Tensor
+    prior_a: torch.Tensor
+    prior_b: torch.Tensor
+    noise_a: torch.Tensor
+    noise_b: torch.Tensor
+
+
 class PBP(Method):
     name = "pbp"
     Config = PBPConfig
@@ -111,7 +132,7 @@ class PBP(Method):
     # second epoch (nng_uci, seed 0)
     float64 = True
 
-    def init(self, problem: Problem, generator: torch.Generator) -> State:
+    def init(self, problem: Problem, generator: torch.Generator) -> PBPState:
         """q(w) = N(m_0, b_lambda / (a_lambda - 1)), m_0 ~ N(0, 1 / (d_in + 1)) (PBP_net breaks the symmetry with
         random means; the prior factors start at N(0, b_lambda / (a_lambda - 1)) with mean 0); q(lambda), q(gamma)
         their priors."""
@@ -128,11 +149,11 @@ class PBP(Method):
         def per_replica(value):
             return torch.full((R,), float(value), device=lam.device, dtype=lam.dtype)
         n = problem.n_data
-        return {"n_data": n, "n_max": n.max().expand(R).clone(), "pos": torch.zeros_like(n),
-                "mean": mean, "var": 1 / site_prec, "site_prec": site_prec, "site_mnat": torch.zeros_like(mean),
-                "site_shape": torch.zeros_like(mean), "site_rate": torch.zeros_like(mean),
-                "prior_a": per_replica(a_w), "prior_b": per_replica(b_w),
-                "noise_a": per_replica(cfg.noise_prior_shape), "noise_b": per_replica(cfg.noise_prior_rate)}
+        return PBPState(n_data=n, prior_prec=lam, n_max=n.max().expand(R).clone(), pos=torch.zeros_like(n),
+                        mean=mean, var=1 / site_prec, site_prec=site_prec, site_mnat=torch.zeros_like(mean),
+                        site_shape=torch.zeros_like(mean), site_rate=torch.zeros_like(mean),
+                        prior_a=per_replica(a_w), prior_b=per_replica(b_w),
+                        noise_a=per_replica(cfg.noise_prior_shape), noise_b=per_replica(cfg.noise_prior_rate))
 
     def output_moments(self, mean: torch.Tensor, var: torch.Tensor, x: torch.Tensor):
         """Mean and variance ``[R, T, d_out]`` of the network's outputs at ``x [R, T, D]`` under q(w)."""
@@ -147,48 +168,47 @@ class PBP(Method):
     def noise(self, state, batch, generator):
         return None
 
-    def adf_update(self, state: State, x: torch.Tensor, y: torch.Tensor) -> tuple[dict, torch.Tensor]:
+    def adf_update(self, state: PBPState, x: torch.Tensor, y: torch.Tensor) -> tuple[dict, torch.Tensor]:
         """One ADF update on the point ``(x [R, D], y [R])`` of every replica: the new (mean, var, noise_a,
         noise_b) and log Z(a, b) ``[R]``."""
-        a, b = state["noise_a"], state["noise_b"]
-        mean = state["mean"].detach().requires_grad_(True)
-        var = state["var"].detach().requires_grad_(True)
+        a, b = state.noise_a, state.noise_b
+        mean = state.mean.detach().requires_grad_(True)
+        var = state.var.detach().requires_grad_(True)
         with torch.enable_grad():
             m, v = self.output_moments(mean, var, x.unsqueeze(1))
             m, v = m[:, 0, 0], v[:, 0, 0]
             log_z = log_gaussian(y, m, v + b / (a - 1))
             g_m, g_v = torch.autograd.grad(log_z.sum(), [mean, var])
         m, v, log_z = m.detach(), v.detach(), log_z.detach()
-        new_mean, new_var = gaussian_moment_match(state["mean"], state["var"], g_m, g_v)
+        new_mean, new_var = gaussian_moment_match(state.mean, state.var, g_m, g_v)
         ok = (new_var > MIN_VAR) & ~torch.isnan(new_mean) & ~torch.isnan(new_var)  # NaN > x is False
         new_a, new_b = gamma_moment_match(a, b, log_z, log_gaussian(y, m, v + b / a),
                                           log_gaussian(y, m, v + b / (a + 1)))
-        return {"mean": torch.where(ok, new_mean, state["mean"]), "var": torch.where(ok, new_var, state["var"]),
+        return {"mean": torch.where(ok, new_mean, state.mean), "var": torch.where(ok, new_var, state.var),
                 "noise_a": new_a, "noise_b": new_b}, log_z
 
     def step(self, state, batch, noise, lr_scale=1.0):
         """ADF over the minibatch's points in turn; the prior's EP refinement for the replicas whose pass over
         their data ended in this minibatch. ``lr_scale`` does not apply (PBP has no step size)."""
         B = batch.x.shape[1]
-        n, pos = state["n_data"], state["pos"]
-        new = dict(state)
-        log_z_sum = torch.zeros_like(state["noise_a"])
+        n, pos = state.n_data, state.pos
+        new = state
+        log_z_sum = torch.zeros_like(state.noise_a)
         for j in range(B):
             real = pos + j < n
             if not bool(real.any()):
                 break
             upd, log_z = self.adf_update(new, batch.x[:, j], batch.y[:, j])
-            for k, val in upd.items():
-                new[k] = torch.where(real.view(-1, *[1] * (val.dim() - 1)), val, new[k])
+            new = new.replace(**{k: torch.where(real.view(-1, *[1] * (val.dim() - 1)), val, getattr(new, k))
+                                 for k, val in upd.items()})
             log_z_sum = log_z_sum + torch.where(real, log_z, torch.zeros_like(log_z))
         seen = (n - pos).clamp(0, B)
         done = (pos < n) & (pos + B >= n)
         if self.cfg.refine_prior and bool(done.any()):
             new = self.refine_prior(new, done)
-        epoch_len = (state["n_max"] + B - 1) // B * B
-        new["pos"] = (pos + B) % epoch_len
+        epoch_len = (state.n_max + B - 1) // B * B
         objective = -log_z_sum / seen.clamp_min(1).to(log_z_sum.dtype)
-        return new, {"objective": objective}
+        return new.replace(pos=(pos + B) % epoch_len), {"objective": objective}
 
     def refine_order(self) -> list[int]:
         """The flat indices of the parameters in PBP_net's order of refinement: layer by layer, each output unit's
@@ -199,17 +219,17 @@ class PBP(Method):
                 order += [w.start + k * d_out + j for k in range(d_in)] + [b.start + j]
         return order
 
-    def refine_prior(self, state: State, where: torch.Tensor) -> State:
+    def refine_prior(self, state: PBPState, where: torch.Tensor) -> PBPState:
         """One EP sweep over the prior factors N(w_p | 0, 1/lambda) Gamma(lambda), one weight after another
         (PBP_net prior.py), for the replicas ``where``. Each weight: the cavity q / site in w_p and in
         lambda; the tilted distribution's moments from Z = N(m_cav | 0, v_cav + b_cav / (a_cav - 1)) as in the ADF
         update; the site becomes the new q over the cavity. Skipped where the cavity is improper
         (v_cav <= 0 or >= 1e6, b_cav <= 0, a_cav <= 1)."""
-        order = torch.tensor(self.refine_order(), device=state["mean"].device)
-        cols = {k: state[k][:, order].T.contiguous() for k in ("mean", "var", "site_prec", "site_mnat",
-                                                              "site_shape", "site_rate")}
+        order = torch.tensor(self.refine_order(), device=state.mean.device)
+        cols = {k: getattr(state, k)[:, order].T.contiguous() for k in ("mean", "var", "site_prec", "site_mnat",
+                                                                       "site_shape", "site_rate")}
         out = {k: [] for k in cols}
-        a, b = state["prior_a"], state["prior_b"]
+        a, b = state.prior_a, state.prior_b
         for p in range(order.numel()):
             m, v = cols["mean"][p], cols["var"][p]
             cav_prec = 1 / v - cols["site_prec"][p]
@@ -229,15 +249,14 @@ class PBP(Method):
             for k, val in new.items():
                 out[k].append(torch.where(ok, val, cols[k][p]))
             a, b = torch.where(ok, a_new, a), torch.where(ok, b_new, b)
-        res = dict(state, prior_a=a, prior_b=b)
-        for k, vals in out.items():
-            res[k] = torch.empty_like(state[k]).index_copy_(1, order, torch.stack(vals, 1))
-        return res
+        return state.replace(prior_a=a, prior_b=b, **{
+            k: torch.empty_like(getattr(state, k)).index_copy_(1, order, torch.stack(vals, 1))
+            for k, vals in out.items()})
 
     def predict(self, state, x, n_samples, generator):
         """f_s ~ N(m_L(x), v_L(x)) per test point with the noise precision (a - 1) / b: PBP's moment-matched
         predictive N(y | m_L, v_L + b / (a - 1)) by S samples."""
-        m, v = self.output_moments(state["mean"], state["var"], x)
+        m, v = self.output_moments(state.mean, state.var, x)
         eps = torch.randn(m.shape[0], n_samples, *m.shape[1:], generator=generator, device=m.device, dtype=m.dtype)
         return Predictive(f=m.unsqueeze(1) + v.sqrt().unsqueeze(1) * eps,
-                          noise_prec=(state["noise_a"] - 1) / state["noise_b"])
+                          noise_prec=(state.noise_a - 1) / state.noise_b)

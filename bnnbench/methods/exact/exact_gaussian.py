@@ -9,7 +9,8 @@ For the linear model f(x) = w^T x + b, labels y_i in {0, 1} (s_i = 2 y_i - 1) an
 over full covariances S (``exact_full``) or diagonal ones (``exact_mf``): L-BFGS on the exact ELBO (1-D quadrature,
 ``bnnbench.methods.exact.exact_vi.fit_exact``) to a max-abs gradient ``gtol``, each replica on its own training rows.
 Solutions are cached on disk by their inputs (``logreg.exact_solution``), as every Gaussian method's symmetric KL is
-measured to them. The state holds q* in the MLP's parameter order [w, b]: ``mean [R, P]`` and ``cov [R, P, P]``.
+measured to them. The state (``ExactGaussianState``) holds q* in the MLP's parameter order [w, b]: ``mean [R, P]``
+and ``cov [R, P, P]``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,16 @@ import torch
 
 from bnnbench.methods.exact import logreg
 from bnnbench.core.errors import ConfigError
-from bnnbench.methods.base import Method, Problem, State, hyper_state
+from bnnbench.methods.base import Method, Problem, hyper_state
 from bnnbench.methods.settings import MethodConfig
+from bnnbench.methods.state import State, state_class
+
+
+@state_class
+class ExactGaussianState(State):
+    """q* = N(mean, cov) per replica in the MLP's parameter order [w, b]: ``mean [R, P]``, ``cov [R, P, P]``."""
+    mean: torch.Tensor
+    cov: torch.Tensor
 
 
 class ExactGaussian(Method):
@@ -37,7 +46,7 @@ class ExactGaussian(Method):
                               "(protocol=slang_logreg or vadam_logreg) and a linear model (protocol hidden: []); this "
                               f"run has a {likelihood} likelihood and layer sizes {model.sizes}")
 
-    def solve(self, problem: Problem, data, *, gtol: float) -> tuple[State, dict]:
+    def solve(self, problem: Problem, data, *, gtol: float) -> tuple[ExactGaussianState, dict]:
         """Replica r's q* on its training rows in design order ``[1, x]`` (``logreg.design``), with the prior
         precisions of ``problem``; the report counts the L-BFGS iterations and the solutions read from the cache
         (whose fitting time is then not in this run's)."""
@@ -53,19 +62,20 @@ class ExactGaussian(Method):
             means.append(logreg.to_mlp_order(q.mean))
             covs.append(logreg.cov_to_mlp_order(q.cov))
         dev = problem.prior_prec.device
-        state = {**hyper_state(problem), "mean": torch.as_tensor(np.stack(means), dtype=torch.float64, device=dev),
-                 "cov": torch.as_tensor(np.stack(covs), dtype=torch.float64, device=dev)}
+        state = ExactGaussianState(**hyper_state(problem),
+                                   mean=torch.as_tensor(np.stack(means), dtype=torch.float64, device=dev),
+                                   cov=torch.as_tensor(np.stack(covs), dtype=torch.float64, device=dev))
         return state, info
 
     def gaussian(self, state):
-        return state["mean"], state["cov"]
+        return state.mean, state.cov
 
     def predict(self, state, x, n_samples, generator):
         """theta = m + L eps with S = L L^T, eps ~ N(0, I)."""
-        mean = state["mean"]
+        mean = state.mean
         R, P = mean.shape
         eps = torch.randn(R, n_samples, P, generator=generator, dtype=mean.dtype, device=mean.device)
-        theta = mean.unsqueeze(1) + eps @ torch.linalg.cholesky(state["cov"]).transpose(-1, -2)
+        theta = mean.unsqueeze(1) + eps @ torch.linalg.cholesky(state.cov).transpose(-1, -2)
         return self._predictive(state, self.model.forward(theta, x))
 
 

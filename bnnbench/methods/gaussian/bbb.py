@@ -22,8 +22,9 @@ import torch.nn.functional as F
 from bnnbench.core.metrics import kl_diag_gaussians
 from bnnbench.methods import gamma_noise
 from bnnbench.methods.adam import adam
-from bnnbench.methods.base import Problem, State, hyper_state
-from bnnbench.methods.gaussian.mean_field import MeanField
+from bnnbench.methods.base import Problem, hyper_state
+from bnnbench.methods.gaussian.mean_field import MeanField, MeanFieldState
+from bnnbench.methods.state import state_class
 from bnnbench.core.models.mlp import softplus_inv
 
 
@@ -40,13 +41,26 @@ class BBBConfig(gamma_noise.NoiseConfig):
     init_rho: Optional[float] = None
     init_prec: Optional[float] = 10.0
 
+
+@state_class
+class BBBState(MeanFieldState):
+    """mu and rho (sigma = softplus(rho)), Adam's moments of each (m_mean, v_mean, m_rho, v_rho) after t steps; with
+    ``learn_noise``, q(tau) in ``noise_q`` (``gamma_noise``)."""
+    rho: torch.Tensor
+    m_mean: torch.Tensor
+    v_mean: torch.Tensor
+    m_rho: torch.Tensor
+    v_rho: torch.Tensor
+    t: torch.Tensor
+
+
 class BBB(MeanField):
     name = "bbb"
     compilable = True  # bench/compile_step.py: 1.3-2x faster compiled at UCI scale
     Config = BBBConfig
     conv = True  # with weight draws (the local reparameterisation trick is an MLP's)
 
-    def init(self, problem: Problem, generator: torch.Generator) -> State:
+    def init(self, problem: Problem, generator: torch.Generator) -> BBBState:
         cfg = self.cfg
         R = problem.n_replicas
         mean = self.init_params(problem, generator)
@@ -58,20 +72,20 @@ class BBB(MeanField):
         else:  # sigma = 1/sqrt(prec_init), as the Vadam code's BBVI
             rho = torch.full_like(mean, softplus_inv(cfg.init_prec ** -0.5))
         z = torch.zeros_like(mean)
-        state = {**hyper_state(problem), "mean": mean, "rho": rho, "m_mean": z, "v_mean": z.clone(),
-                 "m_rho": z.clone(), "v_rho": z.clone(), "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
+        state = BBBState(**hyper_state(problem), mean=mean, rho=rho, m_mean=z, v_mean=z.clone(), m_rho=z.clone(),
+                         v_rho=z.clone(), t=torch.zeros(R, dtype=torch.long, device=mean.device))
         if gamma_noise.learns_noise(cfg, self.likelihood):
-            state.update(gamma_noise.init_state(cfg, R, mean.device, mean.dtype))
+            state = state.replace(**gamma_noise.init_state(cfg, R, mean.device, mean.dtype))
         return state
 
     def std(self, state):
-        return F.softplus(state["rho"])
+        return F.softplus(state.rho)
 
     def noise(self, state, batch, generator):
         """The weights' eps, or with the local reparameterisation trick each layer's pre-activation draws."""
         if not self.cfg.local_reparam:
             return super().noise(state, batch, generator)
-        R, S, B = state["mean"].shape[0], self.cfg.train_samples, batch.x.shape[1]
+        R, S, B = state.mean.shape[0], self.cfg.train_samples, batch.x.shape[1]
         return [torch.randn(R, S, B, d_out, generator=generator, device=batch.x.device,
                             dtype=batch.x.dtype) for _, _, _, d_out in self.model.slices]
 
@@ -83,22 +97,21 @@ class BBB(MeanField):
         else:
             f = self.model.forward_layers(self.model.sampled_layers(mean, sigma, noise), batch.x)
         nll = self.nll(state, f, batch.y)
-        prior_var = 1.0 / state["prior_prec"]
+        prior_var = 1.0 / state.prior_prec
         kl = kl_diag_gaussians(mean, sigma * sigma, torch.zeros_like(mean), prior_var)
-        return nll + kl / state["n_data"].to(nll.dtype), nll, kl, f
+        return nll + kl / state.n_data.to(nll.dtype), nll, kl, f
 
     def step(self, state, batch, noise, lr_scale=1.0):
-        mean = state["mean"].detach().requires_grad_(True)
-        rho = state["rho"].detach().requires_grad_(True)
+        mean = state.mean.detach().requires_grad_(True)
+        rho = state.rho.detach().requires_grad_(True)
         with torch.enable_grad():
             obj, nll, kl, f = self.objective(state, mean, rho, batch, noise)
             g_mean, g_rho = torch.autograd.grad(obj.sum(), [mean, rho])
-        t = state["t"] + 1
+        t = state.t + 1
         lr, betas, eps = self.cfg.lr * lr_scale, tuple(self.cfg.betas), self.cfg.eps
-        new_mean, m_mean, v_mean = adam(state["mean"], g_mean, state["m_mean"], state["v_mean"], t, lr, betas, eps)
-        new_rho, m_rho, v_rho = adam(state["rho"], g_rho, state["m_rho"], state["v_rho"], t, lr, betas, eps)
-        new = {**state, "mean": new_mean, "rho": new_rho, "m_mean": m_mean, "v_mean": v_mean,
-               "m_rho": m_rho, "v_rho": v_rho, "t": t}
-        if "log_ab" in state:
-            new.update(gamma_noise.step(self.cfg, state, f, batch.y, lr_scale))
+        new_mean, m_mean, v_mean = adam(state.mean, g_mean, state.m_mean, state.v_mean, t, lr, betas, eps)
+        new_rho, m_rho, v_rho = adam(state.rho, g_rho, state.m_rho, state.v_rho, t, lr, betas, eps)
+        noise_changes = gamma_noise.step(self.cfg, state, f, batch.y, lr_scale) if state.noise_q is not None else {}
+        new = state.replace(mean=new_mean, rho=new_rho, m_mean=m_mean, v_mean=v_mean, m_rho=m_rho, v_rho=v_rho, t=t,
+                            **noise_changes)
         return new, {"objective": obj.detach(), "nll": nll.detach(), "kl": kl.detach()}

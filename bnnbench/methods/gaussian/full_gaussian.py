@@ -31,10 +31,11 @@ from dataclasses import dataclass
 import torch
 
 from bnnbench.core.linalg.per_example import collapse_samples, forward_cache, materialise, sum_grads, sum_sq_grads
-from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of, standard_normal
+from bnnbench.methods.base import Method, Problem, hyper_state, likelihood_of, standard_normal
 from bnnbench.methods.settings import MethodConfig
 from bnnbench.methods.gaussian.natural import as_leaves, per_example_stats
 from bnnbench.methods.gaussian.slang import decayed
+from bnnbench.methods.state import State, state_class
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,19 @@ class FullGaussianConfig(MethodConfig):
     prec_init: float = 1.0              # initial precision prec_init * I
     init_mean: str = "zero"
 
+
+@state_class
+class FullGaussianState(State):
+    """q(theta) = N(mean, prec^-1): mean ``[R, P]``, prec ``[R, P, P]`` (``covariance: diag``: its diagonal
+    ``[R, P]``) and, full, its Cholesky factor prec_chol = L, prec = L L^T (None with ``covariance: diag``); the
+    gradient momentum m after t steps."""
+    mean: torch.Tensor
+    prec: torch.Tensor
+    m: torch.Tensor
+    t: torch.Tensor
+    prec_chol: torch.Tensor | None = None
+
+
 class FullGaussian(Method):
     name = "full_gaussian"
     Config = FullGaussianConfig
@@ -62,25 +76,25 @@ class FullGaussian(Method):
             raise ValueError(f"unknown covariance {cov!r}; valid: full, diag")
         return cov == "diag"
 
-    def init(self, problem: Problem, generator: torch.Generator) -> State:
+    def init(self, problem: Problem, generator: torch.Generator) -> FullGaussianState:
         mean = self.init_params(problem, generator)
         prec = torch.full_like(mean, self.cfg.prec_init)
-        state = {**hyper_state(problem), "mean": mean, "m": torch.zeros_like(mean),
-                 "t": torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device)}
+        fields = dict(**hyper_state(problem), mean=mean, m=torch.zeros_like(mean),
+                      t=torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device))
         if self.diagonal:
-            return {**state, "prec": prec}
-        return {**state, "prec": torch.diag_embed(prec), "prec_chol": torch.diag_embed(prec.sqrt())}
+            return FullGaussianState(**fields, prec=prec)
+        return FullGaussianState(**fields, prec=torch.diag_embed(prec), prec_chol=torch.diag_embed(prec.sqrt()))
 
     def noise(self, state, batch, generator):
-        return standard_normal(state["mean"], self.cfg.train_samples, generator)
+        return standard_normal(state.mean, self.cfg.train_samples, generator)
 
     def sample(self, state, eps):
         """theta = mu + L^-T eps with prec = L L^T, so Cov theta = prec^-1."""
         if self.diagonal:
-            return state["mean"].unsqueeze(1) + eps * state["prec"].rsqrt().unsqueeze(1)
-        L = state["prec_chol"] if "prec_chol" in state else torch.linalg.cholesky(state["prec"])
+            return state.mean.unsqueeze(1) + eps * state.prec.rsqrt().unsqueeze(1)
+        L = state.prec_chol if state.prec_chol is not None else torch.linalg.cholesky(state.prec)
         z = torch.linalg.solve_triangular(L.transpose(-1, -2), eps.transpose(-1, -2), upper=True)
-        return state["mean"].unsqueeze(1) + z.transpose(-1, -2)
+        return state.mean.unsqueeze(1) + z.transpose(-1, -2)
 
     def curvature_and_grad(self, state, theta, batch, diagonal: bool = False):
         """Sums over (sample, example) of the NLL gradients [R, P] and curvatures [R, P, P] (``diagonal``: their
@@ -122,7 +136,7 @@ class FullGaussian(Method):
         R, S, P = theta.shape
         out = torch.zeros(R, P, P, dtype=theta.dtype, device=theta.device)
         for r in range(R):
-            sub = {k: v[r:r + 1] for k, v in state.items()}
+            sub = state[r]
 
             def total_nll(th, r=r, sub=sub):
                 f = self.model.forward(th[None, None], batch.x[r:r + 1])
@@ -132,8 +146,8 @@ class FullGaussian(Method):
         return out
 
     def step(self, state, batch, noise, lr_scale=1.0):
-        mean, prec, lam = state["mean"], state["prec"], state["prior_prec"]
-        t = state["t"] + 1
+        mean, prec, lam = state.mean, state.prec, state.prior_prec
+        t = state.t + 1
         alpha = lr_scale * decayed(self.cfg.lr, self.cfg.decay_lr, t).to(mean.dtype)
         beta = decayed(self.cfg.beta, self.cfg.decay_beta, t).to(mean.dtype)
         theta = self.sample(state, noise)
@@ -143,28 +157,27 @@ class FullGaussian(Method):
             g_sum, C_sum = g_s.sum(1), c_s.sum(1)
         else:
             g_sum, C_sum, nll = self.curvature_and_grad(state, theta, batch, self.diagonal)
-        scale = state["n_data"].to(mean.dtype) / noise.shape[1] / batch.x.shape[1]          # N / (MS)
+        scale = state.n_data.to(mean.dtype) / noise.shape[1] / batch.x.shape[1]          # N / (MS)
         rhs = scale[:, None] * g_sum + lam * mean
-        new = {**state, "t": t}
+        m = state.m
         rho = self.cfg.momentum
         if rho > 0:
-            m = rho * state["m"] + (1 - rho) * rhs
+            m = rho * state.m + (1 - rho) * rhs
             rhs = m / (1 - rho ** t.to(mean.dtype))[:, None]
-            new["m"] = m
         if self.diagonal:
             new_prec = (1 - beta[:, None]) * prec + beta[:, None] * (scale[:, None] * C_sum + lam)
             new_mean = mean - alpha[:, None] * rhs / new_prec
-            return {**new, "mean": new_mean, "prec": new_prec}, {"objective": nll, "nll": nll}
+            return state.replace(mean=new_mean, prec=new_prec, m=m, t=t), {"objective": nll, "nll": nll}
         b = beta[:, None, None]
         new_prec = (1 - b) * prec + b * (scale[:, None, None] * C_sum + torch.diag_embed(lam))
         new_prec = 0.5 * (new_prec + new_prec.transpose(-1, -2))
         L = torch.linalg.cholesky(new_prec)
         new_mean = mean - alpha[:, None] * torch.cholesky_solve(rhs.unsqueeze(-1), L)[..., 0]
-        return {**new, "mean": new_mean, "prec": new_prec, "prec_chol": L}, {"objective": nll, "nll": nll}
+        return state.replace(mean=new_mean, prec=new_prec, prec_chol=L, m=m, t=t), {"objective": nll, "nll": nll}
 
     def kl(self, state):
         """KL(N(mu, prec^-1) || N(0, diag(lambda)^-1)) with dense linear algebra."""
-        lam, mean, prec = state["prior_prec"], state["mean"], state["prec"]
+        lam, mean, prec = state.prior_prec, state.mean, state.prec
         if self.diagonal:
             cov_diag, logdet = 1 / prec, prec.log().sum(-1)
         else:
@@ -173,9 +186,9 @@ class FullGaussian(Method):
                       + logdet - torch.log(lam).sum(-1))
 
     def gaussian(self, state):
-        prec = state["prec"]
-        return state["mean"], torch.diag_embed(1 / prec) if self.diagonal else torch.linalg.inv(prec)
+        prec = state.prec
+        return state.mean, torch.diag_embed(1 / prec) if self.diagonal else torch.linalg.inv(prec)
 
     def predict(self, state, x, n_samples, generator):
-        eps = standard_normal(state["mean"], n_samples, generator)
+        eps = standard_normal(state.mean, n_samples, generator)
         return self._predictive(state, self.model.forward(self.sample(state, eps), x))

@@ -31,9 +31,10 @@ from bnnbench.core.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, 
                                       top_eigh)
 from bnnbench.core.linalg.per_example import (collapse_samples, forward_cache, gradient_gram, gradient_t_times,
                                          gradient_times, layer_factors, materialise, sum_grads, sum_sq_grads)
-from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of, standard_normal
+from bnnbench.methods.base import Method, Problem, hyper_state, likelihood_of, standard_normal
 from bnnbench.methods.settings import MethodConfig
 from bnnbench.methods.gaussian.natural import as_leaves
+from bnnbench.methods.state import State, state_class
 
 
 def decayed(rate0: float, kappa: float, t: torch.Tensor) -> torch.Tensor:
@@ -66,20 +67,32 @@ class SLANGConfig(MethodConfig):
     oversample: int = 2                 # randomized, nystrom: extra probes
     per_example: str = "fast"           # fast (activations x back-propagated gradients) | materialised (reference)
 
+
+@state_class
+class SLANGState(State):
+    """q(theta) = N(mean, (U U^T + diag d)^-1): mean ``[R, P]``, U ``[R, P, L]``, d ``[R, P]``; the gradient
+    momentum m after t steps."""
+    mean: torch.Tensor
+    U: torch.Tensor
+    d: torch.Tensor
+    m: torch.Tensor
+    t: torch.Tensor
+
+
 class SLANG(Method):
     name = "slang"
     Config = SLANGConfig
 
-    def init(self, problem: Problem, generator: torch.Generator) -> State:
+    def init(self, problem: Problem, generator: torch.Generator) -> SLANGState:
         R, P = problem.prior_prec.shape
         mean = self.init_params(problem, generator)
-        return {**hyper_state(problem), "mean": mean, "U": mean.new_zeros(R, P, self.cfg.rank),
-                "d": torch.full_like(mean, self.cfg.s_init), "m": torch.zeros_like(mean),
-                "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
+        return SLANGState(**hyper_state(problem), mean=mean, U=mean.new_zeros(R, P, self.cfg.rank),
+                          d=torch.full_like(mean, self.cfg.s_init), m=torch.zeros_like(mean),
+                          t=torch.zeros(R, dtype=torch.long, device=mean.device))
 
     def noise(self, state, batch, generator):
-        R, P = state["mean"].shape
-        eps = standard_normal(state["mean"], self.cfg.train_samples, generator)
+        R, P = state.mean.shape
+        eps = standard_normal(state.mean, self.cfg.train_samples, generator)
         how = self.cfg.eig
         if how == "gram":
             return eps, None
@@ -89,13 +102,13 @@ class SLANG(Method):
         return eps, torch.randn(R, P, k, generator=generator, device=eps.device, dtype=eps.dtype)
 
     def sample(self, state, eps):
-        return state["mean"].unsqueeze(1) + fast_sample(state["U"], state["d"], eps)
+        return state.mean.unsqueeze(1) + fast_sample(state.U, state.d, eps)
 
     def step(self, state, batch, noise, lr_scale=1.0):
         eps, probes = noise
-        mean, U, d, lam = state["mean"], state["U"], state["d"], state["prior_prec"]
+        mean, U, d, lam = state.mean, state.U, state.d, state.prior_prec
         R, P, L = U.shape
-        t = state["t"] + 1
+        t = state.t + 1
         alpha = lr_scale * decayed(self.cfg.lr, self.cfg.decay_lr, t).to(mean.dtype)[:, None]
         beta = decayed(self.cfg.beta, self.cfg.decay_beta, t).to(mean.dtype)[:, None]
 
@@ -107,7 +120,7 @@ class SLANG(Method):
             gs = torch.autograd.grad(nll_i.sum(), zs)
         acts = [a.detach() for a in acts]
         S, M = eps.shape[1], batch.x.shape[1]
-        scale = state["n_data"].to(mean.dtype)[:, None] / (S * M)          # N / (MS)
+        scale = state.n_data.to(mean.dtype)[:, None] / (S * M)          # N / (MS)
         if self.cfg.per_example == "materialised":
             g_hat = scale * sum_grads(self.model, acts, gs).sum(1)
         else:   # logistic regression: sums over samples first, M columns of G instead of S M
@@ -121,21 +134,21 @@ class SLANG(Method):
 
         rho = self.cfg.momentum
         if rho > 0:
-            m = rho * state["m"] + (1 - rho) * g_hat
+            m = rho * state.m + (1 - rho) * g_hat
             m_hat = m / (1 - rho ** t.to(mean.dtype))[:, None]
         else:
             m = m_hat = g_hat
         new_mean = mean - alpha * fast_inverse(U_new, d_new, m_hat + lam * mean)
         nll = nll_i.detach().mean(dim=(1, 2))
-        return ({**state, "mean": new_mean, "U": U_new, "d": d_new, "m": m, "t": t},
+        return (state.replace(mean=new_mean, U=U_new, d=d_new, m=m, t=t),
                 {"objective": nll, "nll": nll})
 
     def gaussian(self, state):
-        U, d = state["U"], state["d"]
-        return state["mean"], torch.linalg.inv(U @ U.transpose(-1, -2) + torch.diag_embed(d))
+        U, d = state.U, state.d
+        return state.mean, torch.linalg.inv(U @ U.transpose(-1, -2) + torch.diag_embed(d))
 
     def kl(self, state):
-        return kl_low_rank_to_diag(state["mean"], state["U"], state["d"], state["prior_prec"])
+        return kl_low_rank_to_diag(state.mean, state.U, state.d, state.prior_prec)
 
     def top_eig(self, U, acts, gs, beta, scale, probes):
         """Top-L eigen-decomposition of (1 - beta) U U^T + beta G_hat, returned as V diag(sqrt(e))."""
@@ -191,5 +204,5 @@ class SLANG(Method):
         return V * e.sqrt().unsqueeze(1)
 
     def predict(self, state, x, n_samples, generator):
-        eps = standard_normal(state["mean"], n_samples, generator)
+        eps = standard_normal(state.mean, n_samples, generator)
         return self._predictive(state, self.model.forward(self.sample(state, eps), x))

@@ -19,10 +19,11 @@ from typing import List, Optional
 
 import torch
 
-from bnnbench.methods.base import Problem, State, hyper_state
+from bnnbench.methods.base import Problem, hyper_state
 from bnnbench.methods.settings import MethodConfig
-from bnnbench.methods.gaussian.mean_field import DiagonalPrecision
+from bnnbench.methods.gaussian.mean_field import DiagonalPrecision, MeanFieldState
 from bnnbench.methods.gaussian.natural import leaf_layers, sample_gradients
+from bnnbench.methods.state import state_class
 
 
 @dataclass(frozen=True)
@@ -44,46 +45,58 @@ class VpropConfig(MethodConfig):
     prec_init: Optional[float] = None
     init_mean: str = "uniform_fan_in"
 
+
+@state_class
+class VpropState(MeanFieldState):
+    """mu and the second moment s ``[R, P]`` (posterior precision N s + lambda) after t steps."""
+    s: torch.Tensor
+    t: torch.Tensor
+
+
+@state_class
+class VadamState(VpropState):
+    """Vprop's mu, s and t, with Adam's first moment m."""
+    m: torch.Tensor
+
+
 class Vadam(DiagonalPrecision):
     name = "vadam"
     compilable = True  # bench/compile_step.py: 1.3-2x faster compiled at UCI scale
     Config = VadamConfig
     momentum = True
 
-    def init(self, problem: Problem, generator: torch.Generator) -> State:
+    def init(self, problem: Problem, generator: torch.Generator) -> VpropState:
         mean = self.init_params(problem, generator)
         N = problem.n_data.to(mean.dtype)[:, None]
         prec_init = problem.prior_prec if self.cfg.prec_init is None else self.cfg.prec_init
         s = ((prec_init - problem.prior_prec) / N).clamp_min(0) * torch.ones_like(mean)
-        state = {**hyper_state(problem), "mean": mean, "s": s,
-                 "t": torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device)}
+        t = torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device)
         if self.momentum:
-            state["m"] = torch.zeros_like(mean)
-        return state
+            return VadamState(**hyper_state(problem), mean=mean, s=s, t=t, m=torch.zeros_like(mean))
+        return VpropState(**hyper_state(problem), mean=mean, s=s, t=t)
 
     def prec(self, state):
         """The posterior precision N s + lambda."""
-        return state["n_data"].to(state["s"].dtype)[:, None] * state["s"] + state["prior_prec"]
+        return state.n_data.to(state.s.dtype)[:, None] * state.s + state.prior_prec
 
     def step(self, state, batch, noise, lr_scale=1.0):
-        mean, s = state["mean"], state["s"]
+        mean, s = state.mean, state.s
         g, nll = sample_gradients(self, state, leaf_layers(self.model, mean, self.std(state), noise), batch)
         g_bar, g2_bar = g.mean(1), (g * g).mean(1)
-        lam_t = state["prior_prec"] / state["n_data"].to(mean.dtype)[:, None]
-        t = state["t"] + 1
+        lam_t = state.prior_prec / state.n_data.to(mean.dtype)[:, None]
+        t = state.t + 1
         alpha = self.cfg.lr * lr_scale
-        new = {**state, "t": t}
         if self.momentum:
             g1, g2 = (float(b) for b in self.cfg.betas)
-            m = g1 * state["m"] + (1 - g1) * (g_bar + lam_t * mean)
+            m = g1 * state.m + (1 - g1) * (g_bar + lam_t * mean)
             s = g2 * s + (1 - g2) * g2_bar
             tt = t.to(mean.dtype)[:, None]
             m_hat, s_hat = m / (1 - g1 ** tt), s / (1 - g2 ** tt)
-            new.update(m=m, s=s, mean=mean - alpha * m_hat / (s_hat.sqrt() + lam_t))
+            new = state.replace(t=t, m=m, s=s, mean=mean - alpha * m_hat / (s_hat.sqrt() + lam_t))
         else:
             beta = self.cfg.beta
             s = beta * s + (1 - beta) * g2_bar
-            new.update(s=s, mean=mean - alpha * (g_bar + lam_t * mean) / (s.sqrt() + lam_t))
+            new = state.replace(t=t, s=s, mean=mean - alpha * (g_bar + lam_t * mean) / (s.sqrt() + lam_t))
         return new, {"objective": nll, "nll": nll}
 
 

@@ -25,7 +25,8 @@ import torch
 from bnnbench.methods.gaussian.natural import leaf_layers, sample_gradients
 from bnnbench.methods.gaussian.slang import decayed
 from bnnbench.methods.settings import MethodConfig
-from bnnbench.methods.gaussian.vogn import VOGN
+from bnnbench.methods.gaussian.vogn import VOGN, VOGNState
+from bnnbench.methods.state import state_class
 
 
 @dataclass(frozen=True)
@@ -39,30 +40,38 @@ class VadamMatlabConfig(MethodConfig):
     prec_init: float = 1.0              # Sigma_0 = I
     init_mean: str = "zero"
 
+
+@state_class
+class VadamMatlabState(VOGNState):
+    """VOGN's mu, prec = S_hat + lambda and t, with the code's second moment S and gradient momentum m."""
+    S: torch.Tensor
+    m: torch.Tensor
+
+
 class VadamMatlab(VOGN):
     """VOGN's mean-field state (``mean``, ``prec``) and initialisation, with ``S`` and ``m`` added."""
     name = "vadam_matlab"
     Config = VadamMatlabConfig
 
-    def init(self, problem, generator):
+    def init(self, problem, generator) -> VadamMatlabState:
         state = super().init(problem, generator)
-        return {**state, "S": state["prec"].clone(), "m": torch.zeros_like(state["mean"])}
+        return VadamMatlabState(**vars(state), S=state.prec.clone(), m=torch.zeros_like(state.mean))
 
     def step(self, state, batch, noise, lr_scale=1.0):
-        mean, lam = state["mean"], state["prior_prec"]
+        mean, lam = state.mean, state.prior_prec
         g, nll = sample_gradients(self, state, leaf_layers(self.model, mean, self.std(state), noise), batch)
-        N = state["n_data"].to(mean.dtype)[:, None]
+        N = state.n_data.to(mean.dtype)[:, None]
         g = N * g.mean(1)                                     # (N / M) sum_i grad l_i, averaged over samples
-        t = state["t"] + 1
+        t = state.t + 1
         tt = t.to(mean.dtype)[:, None]
         kappa = self.cfg.decay
         alpha = lr_scale * decayed(self.cfg.lr, kappa, t).to(mean.dtype)[:, None]
         beta = decayed(self.cfg.beta, kappa, t).to(mean.dtype)[:, None]
         rho = self.cfg.momentum
-        m = rho * state["m"] + (1 - rho) * (g + lam * mean)
+        m = rho * state.m + (1 - rho) * (g + lam * mean)
         m_hat = m / (1 - rho ** tt)
-        S = (1 - beta) * state["S"] + beta * g * g / N
+        S = (1 - beta) * state.S + beta * g * g / N
         S_hat = S / (1 - (1 - beta) ** tt)
         new_mean = mean - alpha * m_hat / (S_hat.sqrt() + lam)
-        return ({**state, "mean": new_mean, "prec": S_hat + lam, "S": S, "m": m, "t": t},
+        return (state.replace(mean=new_mean, prec=S_hat + lam, S=S, m=m, t=t),
                 {"objective": nll, "nll": nll})

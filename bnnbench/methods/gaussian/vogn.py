@@ -18,10 +18,11 @@ from typing import Optional
 
 import torch
 
-from bnnbench.methods.base import Problem, State, hyper_state
+from bnnbench.methods.base import Problem, hyper_state
 from bnnbench.methods.settings import MethodConfig
-from bnnbench.methods.gaussian.mean_field import DiagonalPrecision
+from bnnbench.methods.gaussian.mean_field import DiagonalPrecision, MeanFieldState
 from bnnbench.methods.gaussian.natural import leaf_layers, per_example_stats
+from bnnbench.methods.state import state_class
 
 
 @dataclass(frozen=True)
@@ -34,28 +35,36 @@ class VOGNConfig(MethodConfig):
     prec_init: Optional[float] = None   # initial precision P; None: the prior precision
     init_mean: str = "uniform_fan_in"
 
+
+@state_class
+class VOGNState(MeanFieldState):
+    """mu and the precision P ``[R, P]`` of q = N(mu, diag(1/P)) after t steps."""
+    prec: torch.Tensor
+    t: torch.Tensor
+
+
 class VOGN(DiagonalPrecision):
     name = "vogn"
     compilable = True  # bench/compile_step.py: 1.3-2x faster compiled at UCI scale
     Config = VOGNConfig
 
-    def init(self, problem: Problem, generator: torch.Generator) -> State:
+    def init(self, problem: Problem, generator: torch.Generator) -> VOGNState:
         mean = self.init_params(problem, generator)
         prec = torch.full_like(mean, self.cfg.prec_init) if self.cfg.prec_init is not None \
             else problem.prior_prec.clone()
-        return {**hyper_state(problem), "mean": mean, "prec": prec,
-                "t": torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device)}
+        return VOGNState(**hyper_state(problem), mean=mean, prec=prec,
+                         t=torch.zeros(problem.n_replicas, dtype=torch.long, device=mean.device))
 
     def step(self, state, batch, noise, lr_scale=1.0):
-        mean, prec, lam = state["mean"], state["prec"], state["prior_prec"]
+        mean, prec, lam = state.mean, state.prec, state.prior_prec
         layers = leaf_layers(self.model, mean, self.std(state), noise)
         g_sum, c_sum, nll = per_example_stats(self, state, layers, batch, self.cfg.curvature)
         g_sum, c_sum = g_sum.detach(), c_sum.detach()   # the new state holds values, not the step's graph
-        N = state["n_data"].to(mean.dtype)[:, None]
+        N = state.n_data.to(mean.dtype)[:, None]
         M = batch.x.shape[1]
         g_hat = N * g_sum.mean(1) / M
         h_hat = N * c_sum.mean(1) / M
         beta, alpha = self.cfg.beta, self.cfg.lr * lr_scale
         prec = beta * prec + (1 - beta) * (h_hat + lam)
         new_mean = mean - alpha * (g_hat + lam * mean) / prec
-        return {**state, "mean": new_mean, "prec": prec, "t": state["t"] + 1}, {"objective": nll, "nll": nll}
+        return state.replace(mean=new_mean, prec=prec, t=state.t + 1), {"objective": nll, "nll": nll}

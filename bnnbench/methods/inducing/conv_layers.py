@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from bnnbench.methods.inducing.autocorrelation import autocorrelation
 from bnnbench.methods.inducing.blr import sample_weights_from_stats
-from bnnbench.methods.inducing.layers import Factorised, Inducing, PriorDraw
+from bnnbench.methods.inducing.layers import Factorised, Inducing, InducingQ, PriorDraw
 
 
 def conv2d_samples(h: torch.Tensor, W: torch.Tensor, k: int, padding: int) -> torch.Tensor:
@@ -88,16 +88,16 @@ class GlobalInducingConv(Conv, Inducing):
                          log_prec_lr=log_prec_lr)
 
     def init_params(self, R, generator, device, dtype):
-        return {"pseudo_out": torch.randn(R, self.P, self.d_out, *self.in_hw, generator=generator, device=device,
-                                          dtype=dtype),
-                "log_prec": torch.full((R, self.P), self.log_prec_init / self.log_prec_lr, device=device,
-                                       dtype=dtype)}
+        return InducingQ(pseudo_out=torch.randn(R, self.P, self.d_out, *self.in_hw, generator=generator,
+                                                device=device, dtype=dtype),
+                         log_prec=torch.full((R, self.P), self.log_prec_init / self.log_prec_lr, device=device,
+                                             dtype=dtype))
 
     def regression_stats(self, params, U):
         """U^T Lambda U and U^T Lambda V ``[R, S, D, D]``, ``[R, S, D, out]`` of the inducing maps ``U [R, S, P,
         C, H, W]``."""
-        root = (0.5 * self.log_prec_lr * params["log_prec"]).exp()[..., None, None, None]   # Lambda^(1/2)
-        return autocorrelation(root.unsqueeze(1) * U, (root * params["pseudo_out"]).unsqueeze(1), self.kernel)
+        root = (0.5 * self.log_prec_lr * params.log_prec).exp()[..., None, None, None]   # Lambda^(1/2)
+        return autocorrelation(root.unsqueeze(1) * U, (root * params.pseudo_out).unsqueeze(1), self.kernel)
 
     def weights(self, params, h, alpha, noise, n_inducing):
         """A draw W ``[R, S, D, out]`` and its log p - log q ``[R, S]``, given the inducing rows of ``h``."""

@@ -15,9 +15,10 @@ Families (Ober & Aitchison, 2020, Sec. 2-3 and App. C; the library's ``factorise
   stored log-precision (its effective learning rate).
 - ``PriorDraw``: q(W) = p(W), fresh prior draws, no KL (the lower layers of ``rand -> gi``).
 
-The prior precision ``alpha`` is alpha ``[R, S]`` (alpha I) or a ``precision.KroneckerPrec`` (the spatial prior of a
-convolution). ``apply`` maps the inputs through sampled weights; the convolutional families (``conv_layers``)
-override it and the weight rows (D = C k^2, no bias).
+Each family's parameters are a typed ``FactorisedQ`` or ``InducingQ`` (``PriorDraw``: none, ``None``), the
+``weights`` of the layer's ``network.LayerQ``. The prior precision ``alpha`` is alpha ``[R, S]`` (alpha I) or a
+``precision.KroneckerPrec`` (the spatial prior of a convolution). ``apply`` maps the inputs through sampled weights;
+the convolutional families (``conv_layers``) override it and the weight rows (D = C k^2, no bias).
 """
 
 from __future__ import annotations
@@ -27,6 +28,24 @@ import math
 import torch
 
 from bnnbench.methods.inducing.blr import sample_weights, sample_weights_dual
+from bnnbench.methods.state import Node, state_class
+
+
+@state_class
+class FactorisedQ(Node):
+    """q(W) = N(M / sqrt(D), diag(e^V) / D) of a factorised layer: M ``mean`` and V ``log_var`` ``[R, D, out]``."""
+    mean: torch.Tensor
+    log_var: torch.Tensor
+
+
+@state_class
+class InducingQ(Node):
+    """The pseudo-data of an inducing layer: pseudo-outputs V ``pseudo_out [R, P, out]`` (a global-inducing
+    convolution's ``[R, P, out, H, W]``), log pseudo-precisions / ``log_prec_lr`` ``log_prec [R, P]`` and, local
+    inducing, the learned inputs ``inputs [R, P, D]`` (global inducing: None, the propagated U_0)."""
+    pseudo_out: torch.Tensor
+    log_prec: torch.Tensor
+    inputs: torch.Tensor | None = None
 
 
 class Layer:
@@ -45,8 +64,9 @@ class Layer:
         mu = h @ mean.unsqueeze(1)
         return mu + ((h * h) @ var.unsqueeze(1)).clamp_min(0).sqrt() * noise
 
-    def init_params(self, R, generator, device, dtype) -> dict[str, torch.Tensor]:
-        return {}
+    def init_params(self, R, generator, device, dtype) -> FactorisedQ | InducingQ | None:
+        """The layer's variational parameters at the start (None: it has none)."""
+        return None
 
     def noise(self, params, R: int, S: int, rows: int, generator, like: torch.Tensor):
         """The standard normal draws of one forward pass (W's, or the pre-activations' under local reparam.)."""
@@ -63,7 +83,7 @@ class Factorised(Layer):
 
     def init_params(self, R, generator, device, dtype):
         mean = torch.randn(R, self.D, self.d_out, generator=generator, device=device, dtype=dtype)
-        return {"mean": mean, "log_var": torch.full_like(mean, math.log(self.var_init_mult))}
+        return FactorisedQ(mean=mean, log_var=torch.full_like(mean, math.log(self.var_init_mult)))
 
     def noise(self, params, R, S, rows, generator, like):
         if self.local_reparam:
@@ -72,7 +92,7 @@ class Factorised(Layer):
 
     def forward(self, params, h, alpha, noise, n_inducing):
         scale = 1.0 / self.D
-        mean, var = params["mean"] * scale ** 0.5, params["log_var"].exp() * scale
+        mean, var = params.mean * scale ** 0.5, params.log_var.exp() * scale
         if self.local_reparam:
             out = self.apply_marginal(h, mean, var, noise)
         else:
@@ -103,16 +123,15 @@ class Inducing(Layer):
         self.log_prec_init = float(log_prec_init)
 
     def init_params(self, R, generator, device, dtype):
-        params = {"pseudo_out": torch.randn(R, self.P, self.d_out, generator=generator, device=device, dtype=dtype),
-                  "log_prec": torch.full((R, self.P), self.log_prec_init / self.log_prec_lr, device=device,
-                                         dtype=dtype)}
-        if self.local:
-            params["inputs"] = torch.randn(R, self.P, self.D, generator=generator, device=device, dtype=dtype)
-        return params
+        pseudo_out = torch.randn(R, self.P, self.d_out, generator=generator, device=device, dtype=dtype)
+        log_prec = torch.full((R, self.P), self.log_prec_init / self.log_prec_lr, device=device, dtype=dtype)
+        inputs = (torch.randn(R, self.P, self.D, generator=generator, device=device, dtype=dtype) if self.local
+                  else None)
+        return InducingQ(pseudo_out=pseudo_out, log_prec=log_prec, inputs=inputs)
 
     def pseudo_prec(self, params) -> torch.Tensor:
         """Lambda = diag(exp(log_prec_lr * log_prec)) ``[R, P]``."""
-        return (self.log_prec_lr * params["log_prec"]).exp()
+        return (self.log_prec_lr * params.log_prec).exp()
 
     @property
     def dual(self) -> bool:
@@ -127,11 +146,11 @@ class Inducing(Layer):
         return z, torch.randn(R, S, self.P, self.d_out, generator=generator, device=like.device, dtype=like.dtype)
 
     def inducing_inputs(self, params, h, n_inducing):
-        return params["inputs"].unsqueeze(1) if self.local else h[:, :, :n_inducing]
+        return params.inputs.unsqueeze(1) if self.local else h[:, :, :n_inducing]
 
     def forward(self, params, h, alpha, noise, n_inducing):
         U = self.inducing_inputs(params, h, n_inducing)
-        lam, V = self.pseudo_prec(params).unsqueeze(1), params["pseudo_out"].unsqueeze(1)
+        lam, V = self.pseudo_prec(params).unsqueeze(1), params.pseudo_out.unsqueeze(1)
         if self.dual:
             W, logpq = sample_weights_dual(U, lam, V, alpha, *noise)
         else:

@@ -22,18 +22,18 @@ from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
+from torch.utils import _pytree as pytree
 
 from bnnbench.methods.inducing.architectures import ARCHS, build as build_arch
-from bnnbench.methods.inducing.network import InducingNet
+from bnnbench.methods.inducing.network import InducingNet, InducingParams
 from bnnbench.methods.inducing.priors import check_prior
 from bnnbench.core.likelihoods import Gaussian
 from bnnbench.methods.adam import adam
-from bnnbench.methods.base import Method, Predictive, Problem, State, hyper_state, likelihood_of
+from bnnbench.methods.base import Method, Predictive, Problem, hyper_state, likelihood_of
 from bnnbench.methods.settings import MethodConfig
+from bnnbench.methods.state import State, state_class
 
 INDUCING_INITS = ("randn", "batch")
-# the settings of InducingNet that only some families have
-NET_SETTINGS = ("inducing", "local_reparam", "var_init_mult", "log_prec_init", "out_log_prec_init", "log_prec_lr")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,11 @@ class InducingFamilyConfig(MethodConfig):
     init_log_noise_std: float = 0.0     # its start, in the normalised units of the targets
     kl_ramp_steps: int = 0              # KL weight rising linearly from 0 to 1 over these steps (0: no tempering)
 
+    def net_settings(self) -> dict:
+        """The ``InducingNet`` keywords of this family's own settings (each family's Config adds its): no global
+        inducing points unless a family has them."""
+        return {"n_inducing": 0}
+
 
 @dataclass(frozen=True)
 class FacConfig(InducingFamilyConfig):
@@ -57,12 +62,18 @@ class FacConfig(InducingFamilyConfig):
     var_init_mult: float = 1e-3         # initial variance / prior (Neal) variance
     local_reparam: bool = True          # draw pre-activations (UCI); false: draw the weights
 
+    def net_settings(self) -> dict:
+        return {**super().net_settings(), "var_init_mult": self.var_init_mult, "local_reparam": self.local_reparam}
+
 
 @dataclass(frozen=True)
 class LIConfig(InducingFamilyConfig):
     name: str = "li"
     log_prec_init: float = -4.0         # initial log pseudo-precision
     log_prec_lr: float = 1.0            # multiplies the stored log-precision (its learning rate)
+
+    def net_settings(self) -> dict:
+        return {**super().net_settings(), "log_prec_init": self.log_prec_init, "log_prec_lr": self.log_prec_lr}
 
 
 @dataclass(frozen=True)
@@ -75,16 +86,33 @@ class GIConfig(InducingFamilyConfig):
     out_log_prec_init: Optional[float] = None  # the output layer's (None: log_prec_init)
     log_prec_lr: float = 1.0
 
+    def net_settings(self) -> dict:
+        return {"n_inducing": self.inducing, "log_prec_init": self.log_prec_init,
+                "out_log_prec_init": self.out_log_prec_init, "log_prec_lr": self.log_prec_lr}
+
 
 @dataclass(frozen=True)
 class FacGIConfig(GIConfig):
     name: str = "fac_gi"
     var_init_mult: float = 1e-3
 
+    def net_settings(self) -> dict:
+        return {**super().net_settings(), "var_init_mult": self.var_init_mult}
+
 
 @dataclass(frozen=True)
 class RandGIConfig(GIConfig):
     name: str = "rand_gi"
+
+
+@state_class
+class InducingState(State):
+    """The variational parameters theta (``q``: ``network.InducingParams``) and Adam's moments of each, ``m`` and
+    ``v`` (the same structure), after t steps; a learned noise's precision tau = e^(-2 log sigma) is ``noise_prec``."""
+    q: InducingParams
+    m: InducingParams
+    v: InducingParams
+    t: torch.Tensor
 
 
 class InducingFamily(Method):
@@ -99,9 +127,8 @@ class InducingFamily(Method):
         self.check_settings(c)
         image_shape = c.image_shape or model.input_shape   # unset: the data set's (the network's)
         modules, in_shape = build_arch(c.arch, model.sizes, image_shape, model.activation, c.channels or 0)
-        own = {k: getattr(c, k) for k in NET_SETTINGS if hasattr(c, k)}   # the family's own (FacConfig, GIConfig...)
-        self.net = InducingNet(modules, self.family, c.prior, in_shape=in_shape, n_inducing=own.pop("inducing", 0),
-                               activation=model.activation, **own)
+        self.net = InducingNet(modules, self.family, c.prior, in_shape=in_shape, activation=model.activation,
+                               **c.net_settings())
 
     def activation_width(self) -> int:
         """The largest module output of the network (a CNN's feature maps, not the protocol MLP's widths)."""
@@ -122,80 +149,76 @@ class InducingFamily(Method):
     def learns_noise(self) -> bool:
         return self.likelihood == "gaussian" and self.cfg.learn_noise
 
-    def init(self, problem: Problem, generator: torch.Generator) -> State:
+    def init(self, problem: Problem, generator: torch.Generator) -> InducingState:
         R, like = problem.n_replicas, problem.prior_prec
         params = self.net.init_params(R, generator, like.device, like.dtype)
+        hyper = hyper_state(problem)
         if self.learns_noise():
-            params["log_noise_std"] = torch.full((R,), self.cfg.init_log_noise_std, device=like.device,
-                                                 dtype=like.dtype)
-        state = hyper_state(problem)
-        for k, v in params.items():
-            state["q." + k], state["m." + k], state["v." + k] = v, torch.zeros_like(v), torch.zeros_like(v)
-        state["t"] = torch.zeros(R, dtype=torch.long, device=like.device)
-        if self.learns_noise():
-            state["noise_prec"] = torch.exp(-2 * params["log_noise_std"])
-        return state
-
-    @staticmethod
-    def params(state: State) -> dict[str, torch.Tensor]:
-        return {k[2:]: v for k, v in state.items() if k.startswith("q.")}
+            params = params.replace(log_noise_std=torch.full((R,), self.cfg.init_log_noise_std, device=like.device,
+                                                             dtype=like.dtype))
+            hyper["noise_prec"] = torch.exp(-2 * params.log_noise_std)
+        return InducingState(**hyper, q=params, m=params.map(torch.zeros_like), v=params.map(torch.zeros_like),
+                             t=torch.zeros(R, dtype=torch.long, device=like.device))
 
     def noise(self, state, batch, generator):
-        return self.net.noise(self.params(state), self.cfg.train_samples, batch.x.shape[1], generator)
+        return self.net.noise(state.q, self.cfg.train_samples, batch.x.shape[1], generator)
 
-    def _likelihood(self, state, params):
+    def _likelihood(self, state, params: InducingParams):
         if self.learns_noise():
-            return Gaussian(torch.exp(-2 * params["log_noise_std"]))
+            return Gaussian(torch.exp(-2 * params.log_noise_std))
         return likelihood_of(state, self.likelihood)
 
-    def inducing_from_batch(self, params, batch, first: torch.Tensor):
+    def inducing_from_batch(self, params: InducingParams, batch, first: torch.Tensor) -> InducingParams:
         """Replicas at their first step (``first [R]``) take the batch's first rows as inducing inputs (and one-hot
         labels as the output layer's pseudo-outputs, categorical likelihood), as the authors' CIFAR-10 script."""
-        U0 = params["U0"]
+        U0 = params.U0
         m = min(U0.shape[1], batch.x.shape[1])
         mask = first[:, None, None]
         x = batch.x[:, :m].reshape(U0.shape[0], m, -1)
-        params = {**params, "U0": torch.where(mask, torch.cat([x, U0[:, m:]], 1), U0)}
+        params = params.replace(U0=torch.where(mask, torch.cat([x, U0[:, m:]], 1), U0))
         if self.likelihood == "categorical":
-            key = f"l{len(self.net.layers) - 1}.pseudo_out"
-            V = params[key]
+            out = params.layers[-1]
+            V = out.weights.pseudo_out
             onehot = F.one_hot(batch.y[:, :m].long(), V.shape[-1]).to(V.dtype)
-            params[key] = torch.where(mask, torch.cat([onehot, V[:, m:]], 1), V)
+            out = out.replace(weights=out.weights.replace(pseudo_out=torch.where(mask, torch.cat([onehot, V[:, m:]], 1),
+                                                                                  V)))
+            params = params.replace(layers=(*params.layers[:-1], out))
         return params
 
-    def objective(self, state, params, batch, noise):
+    def objective(self, state, params: InducingParams, batch, noise):
         """(negative tempered ELBO per data point, NLL, the single-sample KL estimate) per replica ``[R]``."""
         f, logpq = self.net.forward(params, batch.x, noise)
         ll = self._likelihood(state, params).log_prob(f, batch.y).mean(dim=(1, 2))
         kl = -logpq.mean(1)
         beta = 1.0
         if self.cfg.kl_ramp_steps > 0:
-            beta = ((state["t"] + 1).to(kl.dtype) / self.cfg.kl_ramp_steps).clamp(max=1.0)
-        return -ll + beta * kl / state["n_data"].to(kl.dtype), -ll, kl
+            beta = ((state.t + 1).to(kl.dtype) / self.cfg.kl_ramp_steps).clamp(max=1.0)
+        return -ll + beta * kl / state.n_data.to(kl.dtype), -ll, kl
 
     def step(self, state, batch, noise, lr_scale=1.0):
-        params = self.params(state)
+        params = state.q
         if self.net.n_inducing and self.cfg.inducing_init == "batch":
-            params = self.inducing_from_batch(params, batch, state["t"] == 0)
-        leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+            params = self.inducing_from_batch(params, batch, state.t == 0)
+        leaves = params.map(lambda v: v.detach().requires_grad_(True))
         with torch.enable_grad():
             obj, nll, kl = self.objective(state, leaves, batch, noise)
-            grads = torch.autograd.grad(obj.sum(), list(leaves.values()))
-        t = state["t"] + 1
+            grads = torch.autograd.grad(obj.sum(), leaves.leaves())
+        t = state.t + 1
         lr, betas, eps = self.cfg.lr * lr_scale, tuple(self.cfg.betas), self.cfg.eps
-        new = {**state, "t": t}
-        for (k, p), g in zip(params.items(), grads):
-            new["q." + k], new["m." + k], new["v." + k] = adam(p, g, state["m." + k], state["v." + k], t, lr, betas,
-                                                               eps)
+        thetas, structure = pytree.tree_flatten(params)
+        steps = [adam(theta, g, m1, m2, t, lr, betas, eps)
+                 for theta, g, m1, m2 in zip(thetas, grads, state.m.leaves(), state.v.leaves())]
+        q, m, v = (pytree.tree_unflatten([s[k] for s in steps], structure) for k in range(3))
+        new = state.replace(q=q, m=m, v=v, t=t)
         if self.learns_noise():
-            new["noise_prec"] = torch.exp(-2 * new["q.log_noise_std"])
+            new = new.replace(noise_prec=torch.exp(-2 * q.log_noise_std))
         return new, {"objective": obj.detach(), "nll": nll.detach(), "kl": kl.detach()}
 
     def predict(self, state, x, n_samples, generator):
-        params = self.params(state)
+        params = state.q
         with torch.no_grad():
             f, _ = self.net.forward(params, x, self.net.noise(params, n_samples, x.shape[1], generator))
-        return Predictive(f=f, noise_prec=state.get("noise_prec"))
+        return Predictive(f=f, noise_prec=state.noise_prec)
 
 
 class Factorised(InducingFamily):

@@ -9,10 +9,10 @@ with the sum over weight layers of the single-sample log p - log q of the weight
 
     ELBO = E_q[ sum_i log p(y_i | f(x_i)) + log p(W, s) - log q(W, s) ].
 
-The weight layers are numbered ``l0, l1, ...`` in the order the input meets them (a residual block's body in
-order); the families are assigned to them as in the paper: every one factorised (``fac``), local inducing
-(``li``) or global inducing (``gi``), or factorised / prior draws below a global-inducing output layer (``fac_gi``,
-``rand_gi``).
+The weight layers are numbered ``l0, l1, ...`` in the order the input meets them (a residual block's body in order);
+their variational parameters are a typed ``InducingParams``: U_0 and one ``LayerQ`` per weight layer, in that order.
+The families are assigned to them as in the paper: every one factorised (``fac``), local inducing (``li``) or global
+inducing (``gi``), or factorised / prior draws below a global-inducing output layer (``fac_gi``, ``rand_gi``).
 """
 
 from __future__ import annotations
@@ -23,12 +23,33 @@ import torch
 
 from bnnbench.methods.inducing import conv_layers, layers
 from bnnbench.methods.inducing.architectures import mlp
+from bnnbench.methods.inducing.layers import FactorisedQ, InducingQ
 from bnnbench.methods.inducing.modules import WEIGHT_LAYERS, Conv2d, Linear, Residual
-from bnnbench.methods.inducing.priors import LayerPrior
+from bnnbench.methods.inducing.priors import InverseWishartQ, LayerPrior, ScaleQ
+from bnnbench.methods.state import Node, state_class
 
 FAMILIES = ("fac", "li", "gi", "fac_gi", "rand_gi")
 BELOW_GI_OUTPUT = {"fac_gi": "fac", "rand_gi": "prior"}  # the lower layers' role where only the output layer is gi
 ACTIVATIONS = ("relu", "linear")
+
+
+@state_class
+class LayerQ(Node):
+    """One weight layer's variational parameters: its family's (``weights``: ``layers.FactorisedQ`` or
+    ``layers.InducingQ``; None for prior draws) and its prior's own (``prior``: ``priors.ScaleQ`` or
+    ``priors.InverseWishartQ``; None for ``standard`` and ``neal``)."""
+    weights: FactorisedQ | InducingQ | None = None
+    prior: ScaleQ | InverseWishartQ | None = None
+
+
+@state_class
+class InducingParams(Node):
+    """The variational parameters of the network, each ``[R, ...]``: the global inducing inputs U_0 ``U0 [R, P, d_0]``
+    (None without global inducing points), one ``LayerQ`` per weight layer (``layers``), and the Gaussian likelihood's
+    log noise std ``log_noise_std [R]`` where it is learned (``method``; None otherwise)."""
+    U0: torch.Tensor | None = None
+    layers: tuple[LayerQ, ...]
+    log_noise_std: torch.Tensor | None = None
 
 
 def weight_layer(spec, shape, role: str, *, n_inducing: int, local_reparam: bool, var_init_mult: float,
@@ -108,43 +129,40 @@ class InducingNet:
     def output_dim(self) -> int:
         return self.out_shape[-1]
 
-    def init_params(self, R: int, generator, device, dtype) -> dict[str, torch.Tensor]:
-        """The variational parameters ``{name: [R, ...]}``: ``U0`` and ``l<i>.<name>`` per weight layer."""
-        params = {}
+    def init_params(self, R: int, generator, device, dtype) -> InducingParams:
+        """The variational parameters at the start: ``U0`` and each weight layer's (its family's, then its
+        prior's draws)."""
+        U0 = None
         if self.n_inducing:
             d0 = 1
             for s in self.in_shape:
                 d0 *= s
-            params["U0"] = torch.randn(R, self.n_inducing, d0, generator=generator, device=device, dtype=dtype)
-        for i, (layer, prior) in enumerate(zip(self.layers, self.priors)):
-            for k, v in {**layer.init_params(R, generator, device, dtype),
-                         **prior.init_params(R, device, dtype, generator)}.items():
-                params[f"l{i}.{k}"] = v
-        return params
+            U0 = torch.randn(R, self.n_inducing, d0, generator=generator, device=device, dtype=dtype)
+        qs = []
+        for layer, prior in zip(self.layers, self.priors):
+            weights = layer.init_params(R, generator, device, dtype)        # the family's draws, then the prior's
+            qs.append(LayerQ(weights=weights, prior=prior.init_params(R, device, dtype, generator)))
+        return InducingParams(U0=U0, layers=tuple(qs))
 
-    def layer_params(self, params, i: int) -> dict[str, torch.Tensor]:
-        pre = f"l{i}."
-        return {k[len(pre):]: v for k, v in params.items() if k.startswith(pre)}
-
-    def noise(self, params, S: int, rows: int, generator) -> list:
+    def noise(self, params: InducingParams, S: int, rows: int, generator) -> list:
         """Every draw of one forward pass over ``rows`` data rows: per weight layer [the prior's draws or None, the
         layer's eps]."""
-        like = next(iter(params.values()))
+        like = params.leaves()[0]
         R = like.shape[0]
         out = []
-        for i, (layer, prior) in enumerate(zip(self.layers, self.priors)):
-            p = self.layer_params(params, i)
-            out.append([prior.noise(p, S, generator), layer.noise(p, R, S, rows + self.n_inducing, generator, like)])
+        for layer, prior, q in zip(self.layers, self.priors, params.layers):
+            out.append([prior.noise(q.prior, S, generator),
+                        layer.noise(q.weights, R, S, rows + self.n_inducing, generator, like)])
         return out
 
-    def forward(self, params, x: torch.Tensor, noise: list) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, params: InducingParams, x: torch.Tensor, noise: list) -> tuple[torch.Tensor, torch.Tensor]:
         """Outputs ``[R, S, B, d_out]`` for ``x [R, B, d_0]`` (images flat or not) and log p - log q ``[R, S]``."""
         eps = noise[0][1]
         R, S = x.shape[0], (eps[0] if isinstance(eps, tuple) else eps).shape[1]
         x = x.reshape(R, x.shape[1], -1)
         h = x.unsqueeze(1).expand(R, S, *x.shape[1:])
         if self.n_inducing:
-            h = torch.cat([params["U0"].unsqueeze(1).expand(R, S, *params["U0"].shape[1:]), h], dim=2)
+            h = torch.cat([params.U0.unsqueeze(1).expand(R, S, *params.U0.shape[1:]), h], dim=2)
         if len(self.in_shape) > 1:
             h = h.reshape(R, S, h.shape[2], *self.in_shape)
         run = _Run(self, params, noise, x.new_zeros(R, S))
@@ -170,12 +188,12 @@ class _Run:
 
     def weight_layer(self, h):
         i, net = self.i, self.net
-        layer, prior, p = net.layers[i], net.priors[i], net.layer_params(self.params, i)
+        layer, prior, q = net.layers[i], net.priors[i], self.params.layers[i]
         R, S = h.shape[:2]
-        alpha, lpq_prior = prior.prec(p, self.noise[i][0], R, S, h)
+        alpha, lpq_prior = prior.prec(q.prior, self.noise[i][0], R, S, h)
         if layer.bias:
             h = torch.cat([h, torch.ones_like(h[..., :1])], dim=-1)
-        h, lpq = layer.forward(p, h, alpha, self.noise[i][1], net.n_inducing)
+        h, lpq = layer.forward(q.weights, h, alpha, self.noise[i][1], net.n_inducing)
         self.logpq = self.logpq + lpq + lpq_prior
         self.i += 1
         return h

@@ -28,11 +28,28 @@ from bnnbench.methods.inducing.gamma import reparam_standard_gamma, standard_gam
 from bnnbench.methods.inducing.precision import KroneckerPrec
 from bnnbench.methods.inducing.wishart import (bartlett_factor, bartlett_noise, inverse_wishart_draw,
                                                inverse_wishart_log_prob)
+from bnnbench.methods.state import Node, state_class
 
 PRIORS = ("standard", "neal", "scale", "spatial_iw")
 SCALE_PRIOR_SHAPE = 2.0   # x ~ Gamma(2, 2): E[x] = 1
 SCALE_INIT_LOG = 6.0      # q(x) = Gamma(2 + e^6, 2 + e^6) at the start
 IW_INIT_LOG_WEIGHT = -5.0  # the pseudo-observations' weights e^-5 at the start: q(Q) starts near the prior
+
+
+@state_class
+class ScaleQ(Node):
+    """q(x) = Gamma(2 + e^a, 2 + e^b) of the Scale prior's layer scale: a ``scale_log_shape``, b ``scale_log_rate``
+    ``[R]``."""
+    scale_log_shape: torch.Tensor
+    scale_log_rate: torch.Tensor
+
+
+@state_class
+class InverseWishartQ(Node):
+    """q(Q) of the spatial prior: the pseudo-observations y_j ``iw_pseudo_obs [R, p, p]`` (column j) and their log
+    weights omega_j ``iw_log_weight [R, p]``."""
+    iw_pseudo_obs: torch.Tensor
+    iw_log_weight: torch.Tensor
 
 
 def check_prior(name: str) -> str:
@@ -52,20 +69,22 @@ class LayerPrior:
         self.channels = self.fan_in // self.pixels
 
     def init_params(self, R: int, device, dtype, generator: torch.Generator | None = None
-                    ) -> dict[str, torch.Tensor]:
+                    ) -> ScaleQ | InverseWishartQ | None:
+        """The prior's own variational parameters at the start (None: ``standard`` and ``neal`` have none)."""
         if self.kind == "scale":
             init = torch.full((R,), SCALE_INIT_LOG, device=device, dtype=dtype)
-            return {"scale_log_shape": init, "scale_log_rate": init.clone()}
+            return ScaleQ(scale_log_shape=init, scale_log_rate=init.clone())
         if self.kind == "spatial_iw":
             p = self.pixels
-            return {"iw_pseudo_obs": torch.randn(R, p, p, generator=generator, device=device, dtype=dtype),
-                    "iw_log_weight": torch.full((R, p), IW_INIT_LOG_WEIGHT, device=device, dtype=dtype)}
-        return {}
+            return InverseWishartQ(
+                iw_pseudo_obs=torch.randn(R, p, p, generator=generator, device=device, dtype=dtype),
+                iw_log_weight=torch.full((R, p), IW_INIT_LOG_WEIGHT, device=device, dtype=dtype))
+        return None
 
     def q_scale(self, params) -> tuple[torch.Tensor, torch.Tensor]:
         """Shape and rate ``[R]`` of q(x)."""
-        return (SCALE_PRIOR_SHAPE + params["scale_log_shape"].exp(),
-                SCALE_PRIOR_SHAPE + params["scale_log_rate"].exp())
+        return (SCALE_PRIOR_SHAPE + params.scale_log_shape.exp(),
+                SCALE_PRIOR_SHAPE + params.scale_log_rate.exp())
 
     def iw_prior(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Psi_0 = nu_0 p I ``[p, p]`` and nu_0 = p + 1 of the spatial prior."""
@@ -75,7 +94,7 @@ class LayerPrior:
 
     def q_iw(self, params) -> tuple[torch.Tensor, torch.Tensor]:
         """Psi ``[R, p, p]`` and nu ``[R]`` of q(Q): Psi_0 + Y diag(w) Y^T, nu_0 + sum w."""
-        y, w = params["iw_pseudo_obs"], params["iw_log_weight"].exp()
+        y, w = params.iw_pseudo_obs, params.iw_log_weight.exp()
         Psi0, nu0 = self.iw_prior(y)
         return Psi0 + (y * w.unsqueeze(-2)) @ y.mT, nu0 + w.sum(-1)
 

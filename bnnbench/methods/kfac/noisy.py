@@ -30,52 +30,12 @@ from typing import List, Optional
 import torch
 
 from bnnbench.core.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads
-from bnnbench.methods import gamma_noise
-from bnnbench.methods.base import Method, Problem, State, hyper_state, likelihood_of
-from bnnbench.methods.gaussian.mean_field import MeanField
 from bnnbench.core.metrics import kl_diag_gaussians
-
-
-def _inv_chol_t(X: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
-    """``C = L^-T`` with ``X = L L^T``, so that ``C C^T = X^-1``, for damped factors ``X = F + floor I``, ``floor [R]``.
-
-    Where ``X`` is not numerically positive definite (in float32, a factor F of large activations with a small
-    damping), F's eigenvalues are clamped at 0 first, i.e. X's at ``floor``, in float64, as the authors' code does at
-    every refresh (docs/protocols/noisy_kfac.md: eigendecompose the damped factors, clamp eigenvalues at the damping).
-    A non-finite X, or one that even clamped is not positive definite in float64 (a diverging replica's), gives a
-    non-finite C, and the engine stops the run as diverged (a selection round scores that candidate as failed)."""
-    if X.shape[-1] == 1:  # a layer with one output: C = X^-1/2, clamped alike, without LAPACK
-        nan = torch.full_like(X, float("nan"))
-        return 1 / torch.sqrt(torch.where(X > 0, X, torch.where(torch.isfinite(X), floor[:, None, None], nan)))
-    L, info = torch.linalg.cholesky_ex(X)
-    bad = info != 0
-    if bad.any():
-        Xb = X[bad].double()
-        ok = torch.isfinite(Xb).all(-1).all(-1)
-        Lb = torch.full_like(Xb, float("nan"))
-        if ok.any():
-            e, V = torch.linalg.eigh(Xb[ok])
-            e = torch.maximum(e, floor[bad][ok].double()[:, None])
-            Lc, still = torch.linalg.cholesky_ex((V * e.unsqueeze(-2)) @ V.transpose(-1, -2))
-            Lc[still != 0] = float("nan")   # a factor of a diverging replica (values ~1e30): NaN, the run stops it
-            Lb[ok] = Lc
-        L = L.clone()
-        L[bad] = Lb.to(X.dtype)
-    eye = torch.eye(X.shape[-1], dtype=X.dtype, device=X.device).expand_as(X)
-    # C from C L^T = I (a solve from the right): 2x faster on a CPU than L C^T = I and a transpose
-    return torch.linalg.solve_triangular(L.transpose(-1, -2), eye, upper=True, left=False)
-
-
-def _kron_times(cA: torch.Tensor, E: torch.Tensor, cS: torch.Tensor) -> torch.Tensor:
-    """``cA E_s cS^T`` for ``E [R, S, a, b]``, ``cA [R, a', a]``, ``cS [R, b', b]``: the samples folded into the matrix
-    dimensions, two GEMMs per replica (broadcasting the factors over samples copies them S times)."""
-    R, S, a, b = E.shape
-    a2, b2 = cA.shape[-2], cS.shape[-2]
-    if b == 1 and b2 == 1:  # cS is a scalar per replica; contiguous, as the output layer's passes prefer
-        return (cA @ (E[..., 0] * cS[:, :, :1]).transpose(1, 2)).transpose(1, 2).contiguous().unsqueeze(-1)
-    X = (E.reshape(R, S * a, b) @ cS.transpose(-1, -2)).reshape(R, S, a, b2)            # E cS^T
-    X = cA @ X.transpose(1, 2).reshape(R, a, S * b2)                                    # cA [E cS^T]
-    return X.reshape(R, a2, S, b2).transpose(1, 2)
+from bnnbench.methods import gamma_noise
+from bnnbench.methods.base import Method, Problem, hyper_state, likelihood_of
+from bnnbench.methods.gaussian.mean_field import MeanField, MeanFieldState
+from bnnbench.methods.kfac.kronecker import Kronecker, homogeneous_rows
+from bnnbench.methods.state import State, state_class
 
 
 def kl_clip_coeff(cfg, t: torch.Tensor, lr: float, step: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
@@ -94,38 +54,16 @@ def kl_clip_coeff(cfg, t: torch.Tensor, lr: float, step: torch.Tensor, V: torch.
 
 def _summed_gradient(a, d_y, g_W, S: int):
     """sum_s grad_W mean_b log p(y | x, W_s) of one layer, ``[R, d_in + 1, d_out]``, and the layer's homogeneous
-    input rows ``(a1, R, B, shared)`` where they were formed (None for a convolution: autograd's ``g_W`` summed
-    over the samples). On an MLP, one GEMM over samples and examples (sum_{s,b} a_sb dz_sb^T) rather than a
-    gradient materialised per sample."""
+    input rows ``(a1, R, B, shared)`` (``homogeneous_rows``) where they were formed (None for a convolution:
+    autograd's ``g_W`` summed over the samples). On an MLP, one GEMM over samples and examples (sum_{s,b} a_sb
+    dz_sb^T) rather than a gradient materialised per sample."""
     if g_W is not None:
         return g_W.sum(1), None
-    a1, R, B, shared = _homogeneous_rows(a)
+    a1, R, B, shared = homogeneous_rows(a)
     d_y = d_y.sum(1) if shared else d_y.reshape(R, S * B, -1)
     # one output: a multiply and a sum, 4x faster on a CPU than a GEMV per replica
     grad = (a1 * d_y).sum(1).unsqueeze(-1) if d_y.shape[-1] == 1 else a1.transpose(1, 2) @ d_y
     return grad, (a1, R, B, shared)
-
-
-def _factor_averages(A, S_factor, homog, d_s, S: int, n_ex: int, beta: float):
-    """The moving averages (1 - beta) X + beta E[x x^T] of a layer's Kronecker factors, one fused GEMM each:
-    A = E_{b,t}[a a^T] over examples and positions, S = E_b[sum_t ds_t ds_t^T] (KFC's Omega / |T| and |T| Gamma:
-    F ~ A (x) S for a convolution too; a convolution's B rows are its examples x positions, Grosse & Martens 2016).
-    Returns ``(A, S, (a1, shared, d))``."""
-    a1, R, B, shared = homog
-    d = d_s.reshape(R, S * B, -1)
-    A = torch.baddbmm(A, a1.transpose(1, 2), a1, beta=1 - beta, alpha=beta / (B if shared else S * B))
-    S_factor = torch.baddbmm(S_factor, d.transpose(1, 2), d, beta=1 - beta, alpha=beta / (S * n_ex))
-    return A, S_factor, (a1, shared, d)
-
-
-def _homogeneous_rows(a: torch.Tensor):
-    """A layer's inputs ``a [R, S, B, d_in]`` with the homogeneous 1 appended, one row per (sample, row): ``(a1 [R, S B,
-    d_in + 1], R, B, shared)``; where the samples share the inputs (the first layer: stride 0 over S), one sample's
-    rows only (``shared``), so that sums over the samples go first."""
-    R, _, B = a.shape[:3]
-    shared = a.stride(1) == 0
-    a = a[:, :1] if shared else a
-    return torch.cat([a, torch.ones_like(a[..., :1])], -1).reshape(R, a.shape[1] * B, -1), R, B, shared
 
 
 @dataclass(frozen=True)
@@ -188,27 +126,29 @@ class _NoisyBase(Method):
         through its pools and batch normalisation (``ConvNet.backprop``)."""
         return self.model.convolutional
 
-    def _common_init(self, problem: Problem, generator: torch.Generator):
+    def _common_init(self, problem: Problem, generator: torch.Generator) -> dict:
+        """The state fields every member has: the hyper-parameters, the mean, the step count and, where it is
+        learned, q(tau)."""
         R = problem.n_replicas
         mean = self.init_params(problem, generator)
-        state = {**hyper_state(problem), "mean": mean, "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
+        fields = {**hyper_state(problem), "mean": mean, "t": torch.zeros(R, dtype=torch.long, device=mean.device)}
         if gamma_noise.learns_noise(self.cfg, self.likelihood):
-            state.update(gamma_noise.init_state(self.cfg, R, mean.device, mean.dtype))
-        return state
+            fields.update(gamma_noise.init_state(self.cfg, R, mean.device, mean.dtype))
+        return fields
 
     def gamma_in(self, state):
         """lambda / (N eta) = kl_weight * prior_prec / N, per parameter ``[R, P]``."""
-        return self.cfg.kl_weight * state["prior_prec"] / state["n_data"].to(state["mean"].dtype)[:, None]
+        return self.cfg.kl_weight * state.prior_prec / state.n_data.to(state.mean.dtype)[:, None]
 
-    def _noise_step(self, state, f, y, lr_scale):
+    def _noise_step(self, state, f, y, lr_scale) -> dict:
         """Adam step on q(tau)'s (log a, log b) (``gamma_noise.step``); nothing without a learned noise."""
-        return gamma_noise.step(self.cfg, state, f, y, lr_scale) if "log_ab" in state else {}
+        return gamma_noise.step(self.cfg, state, f, y, lr_scale) if state.noise_q is not None else {}
 
     def _target_noise(self, state, batch, generator, n_samples: int | None = None):
         """The standard draws of targets y~ ~ p(y | x, w) for the true Fisher (``Likelihood.sample_noise``), for
         ``n_samples`` weight draws (default ``train_samples``)."""
         S = self.cfg.train_samples if n_samples is None else n_samples
-        f_shape = (state["mean"].shape[0], S, batch.x.shape[1], self.model.output_dim)
+        f_shape = (state.mean.shape[0], S, batch.x.shape[1], self.model.output_dim)
         return likelihood_of(state, self.likelihood).sample_noise(f_shape, generator, batch.x.dtype, batch.x.device)
 
     def _backprop_observed_and_sampled(self, state, layers, x, y, y_noise, sampled: bool = True):
@@ -232,26 +172,34 @@ class _NoisyBase(Method):
                 [g[..., :n, :] for g, n in zip(gs, rows)], [g[..., n:, :] for g, n in zip(gs, rows)])
 
 
+@state_class
+class NoisyAdamState(MeanFieldState):
+    """The mean mu, the momentum m and the Fisher diagonal estimate f of Alg. 1 after t steps."""
+    m: torch.Tensor
+    f: torch.Tensor
+    t: torch.Tensor
+
+
 class NoisyAdam(_NoisyBase, MeanField):
     name = "noisy_adam"
     compilable = True  # bench/compile_step.py: 1.3-2x faster compiled at UCI scale
     Config = NoisyAdamConfig
 
-    def init(self, problem: Problem, generator: torch.Generator) -> State:
-        state = self._common_init(problem, generator)
-        mean = state["mean"]
+    def init(self, problem: Problem, generator: torch.Generator) -> NoisyAdamState:
+        fields = self._common_init(problem, generator)
+        mean = fields["mean"]
         if self.cfg.init_std is not None:  # f + gamma_in = lambda / (N sigma_0^2): the code's sigma_0 = 1e-5
             N = problem.n_data.to(mean.dtype)[:, None]
-            f0 = self.cfg.kl_weight / (N * self.cfg.init_std ** 2) - self.gamma_in(state)
+            gamma_in = self.cfg.kl_weight * problem.prior_prec / N
+            f0 = self.cfg.kl_weight / (N * self.cfg.init_std ** 2) - gamma_in
             f0 = f0.clamp_min(0).expand_as(mean).clone()
         else:
             f0 = torch.full_like(mean, self.cfg.f_init)
-        state.update(m=torch.zeros_like(mean), f=f0)
-        return state
+        return NoisyAdamState(**fields, m=torch.zeros_like(mean), f=f0)
 
     def std(self, state):
-        N = state["n_data"].to(state["mean"].dtype)[:, None]
-        return torch.sqrt(self.cfg.kl_weight / N / (state["f"] + self.gamma_in(state)))
+        N = state.n_data.to(state.mean.dtype)[:, None]
+        return torch.sqrt(self.cfg.kl_weight / N / (state.f + self.gamma_in(state)))
 
     def noise(self, state, batch, generator):
         """The weights' eps and the draws of the sampled targets."""
@@ -259,7 +207,7 @@ class NoisyAdam(_NoisyBase, MeanField):
 
     def step(self, state, batch, noise, lr_scale=1.0):
         eps, y_noise = noise
-        mean, gin = state["mean"], self.gamma_in(state)
+        mean, gin = state.mean, self.gamma_in(state)
         layers = self.model.sampled_layers(mean, self.std(state), eps)
         f, ll, acts, dz, ds = self._backprop_observed_and_sampled(state, layers, batch.x, batch.y, y_noise)
         g = sum_grads(self.model, acts, dz)                                  # [R, S, P] gradient of ll
@@ -271,32 +219,44 @@ class NoisyAdam(_NoisyBase, MeanField):
         w = mean.unsqueeze(1) + self.std(state).unsqueeze(1) * eps            # the sampled weights [R, S, P]
         v = (g - gin.unsqueeze(1) * w).mean(1)
         b1, b2 = float(self.cfg.betas[0]), 1 - (1 - float(self.cfg.betas[1])) * lr_scale
-        t = state["t"] + 1
-        m = b1 * state["m"] + (1 - b1) * v
-        fisher = b2 * state["f"] + (1 - b2) * fisher_b.mean(1)
+        t = state.t + 1
+        m = b1 * state.m + (1 - b1) * v
+        fisher = b2 * state.f + (1 - b2) * fisher_b.mean(1)
         m_hat = m / (1 - b1 ** t.to(mean.dtype))[:, None]
         step = m_hat / (fisher + gin + self.cfg.damping_ex)
         lr = self.cfg.lr * lr_scale
         if self.cfg.kl_clip is not None:
             step = step * kl_clip_coeff(self.cfg, t, lr, step, m_hat)[:, None]
         new_mean = mean + lr * step
-        new = {**state, "mean": new_mean, "m": m, "f": fisher, "t": t, **self._noise_step(state, f, batch.y, lr_scale)}
+        new = state.replace(mean=new_mean, m=m, f=fisher, t=t, **self._noise_step(state, f, batch.y, lr_scale))
         nll = -ll.mean(1)
         return new, {"objective": nll, "nll": nll}
 
     def kl(self, state):
         """lambda KL(q(w) || p(w)) (the tempered KL of the noisy-NG objective)."""
-        mean = state["mean"]
+        mean = state.mean
         return self.cfg.kl_weight * kl_diag_gaussians(mean, self.var(state), torch.zeros_like(mean),
-                                                             1 / state["prior_prec"])
+                                                      1 / state.prior_prec)
 
 
-class NoisyKFAC(_NoisyBase):
-    """Noisy K-FAC for fully connected layers; the state holds per layer the factors ``A_l``, ``S_l``,
-    the square-root factors of the posterior and the damped inverses of the mean update."""
+@state_class
+class KFACState(State):
+    """The mean (the flat layout of every layer's ``[W; b]``), the step count t, each layer's ``Kronecker`` factors
+    (with what the method derives from them), and the momentum of the mean update: per layer (``ema``, the regression
+    code's) or flat (``heavy_ball``, the classification code's velocity), or none (momentum 0)."""
+    mean: torch.Tensor
+    t: torch.Tensor
+    layers: tuple[Kronecker, ...]
+    mom: tuple[torch.Tensor, ...] | None = None
+    velocity: torch.Tensor | None = None
 
-    name = "noisy_kfac"
-    Config = NoisyKFACConfig
+
+class KroneckerFactored(_NoisyBase):
+    """What K-FAC and noisy K-FAC share: per layer the ``Kronecker`` factors ``A_l``, ``S_l`` from the sampled targets'
+    back-propagated gradients, and the step ``M <- M + alpha F~^-1 V``, V = grad log p(y|x,w) - gamma_in W (with
+    momentum and KL clipping), at the weights ``_weights`` gives (noisy K-FAC's draws, K-FAC's mean); after a step,
+    ``_refresh`` derives from the new factors what the next one uses (noisy K-FAC's covariance square roots, K-FAC's
+    damped inverses). Neither is the other with parts switched off: each defines its weights and what it derives."""
 
     @classmethod
     def check_settings(cls, cfg) -> None:
@@ -305,29 +265,31 @@ class NoisyKFAC(_NoisyBase):
         if cfg.kl_clip_decay is not None and not cfg.kl_clip_every:
             raise ValueError("kl_clip_decay needs kl_clip_every (the steps between decays)")
 
-    def init(self, problem: Problem, generator: torch.Generator) -> State:
-        state = self._common_init(problem, generator)
-        mean, R = state["mean"], problem.n_replicas
-        for l, (_, _, d_in, d_out) in enumerate(self.model.slices):
-            eye_a = torch.eye(d_in + 1, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
-            eye_s = torch.eye(d_out, dtype=mean.dtype, device=mean.device).expand(R, -1, -1)
-            state[f"A{l}"] = eye_a * self.cfg.factor_init
-            state[f"S{l}"] = eye_s * self.cfg.factor_init
-            if self.cfg.momentum > 0 and self.cfg.momentum_type != "heavy_ball":
-                state[f"mom{l}"] = torch.zeros(R, d_in + 1, d_out, dtype=mean.dtype, device=mean.device)
+    State = KFACState   # the state class (the block-tridiagonal subclass's has its cross-layer factors)
+
+    def init(self, problem: Problem, generator: torch.Generator) -> KFACState:
+        fields = self._common_init(problem, generator)
+        mean, R = fields["mean"], problem.n_replicas
+        sl = self.model.slices
+        layers = tuple(Kronecker.identity(R, d_in, d_out, self.cfg.factor_init, mean.dtype, mean.device)
+                       for _, _, d_in, d_out in sl)
+        mom = velocity = None
         if self.cfg.momentum > 0 and self.cfg.momentum_type == "heavy_ball":
-            state["velocity"] = torch.zeros_like(mean)
-        state.update(self._init_extra_factors(state))
+            velocity = torch.zeros_like(mean)
+        elif self.cfg.momentum > 0:
+            mom = tuple(torch.zeros(R, d_in + 1, d_out, dtype=mean.dtype, device=mean.device)
+                        for _, _, d_in, d_out in sl)
+        state = self.State(**fields, layers=layers, mom=mom, velocity=velocity, **self._init_extra_factors(mean))
         return self._refresh(state, covariance=True, inverses=True)
 
-    def _init_extra_factors(self, state) -> dict:
-        """Curvature statistics beyond each layer's ``A_l``, ``S_l`` (none here; the block-tridiagonal subclass's
-        cross-layer factors)."""
+    def _init_extra_factors(self, mean: torch.Tensor) -> dict:
+        """State fields of curvature statistics beyond each layer's ``A_l``, ``S_l`` (none here; the block-tridiagonal
+        subclass's cross-layer factors)."""
         return {}
 
     def _update_extra_factors(self, state, rows, beta: float, n_samples: int, n_ex: int) -> dict:
         """The EMA updates of ``_init_extra_factors``'s statistics from each layer's ``rows = [(a1, shared, ds)]`` of a
-        step that updates the factors (``_homogeneous_rows``' inputs and the sampled targets' back-propagated
+        step that updates the factors (``homogeneous_rows``' inputs and the sampled targets' back-propagated
         gradients ``[R, S B, d_out]``); none here."""
         return {}
 
@@ -340,88 +302,40 @@ class NoisyKFAC(_NoisyBase):
     def _flat(self, hom_list):
         return torch.cat([h.flatten(-2) for h in hom_list], -1)
 
-    @property
-    def _inverses_from_covariance(self) -> bool:
-        """Without extrinsic damping and with both refreshed together, the damped inverses of the mean update are
-        the covariance factors': [A^g]^-1 = C_A C_A^T N / lambda, [S^g]^-1 = C_S C_S^T (never formed)."""
-        return self.cfg.damping_ex == 0 and self.cfg.T_inv == self.cfg.T_stats
-
-    def _damped(self, state, l, gamma):
-        """A^gamma, S^gamma of eq. 13 with pi^2 = (tr A / dim A) / (tr S / dim S), and their dampings
-        pi sqrt(gamma), sqrt(gamma) / pi ``[R]``."""
-        A, S = state[f"A{l}"], state[f"S{l}"]
-        pi = torch.sqrt(A.diagonal(dim1=-2, dim2=-1).mean(-1) / S.diagonal(dim1=-2, dim2=-1).mean(-1)).clamp(1e-8, 1e8)
-        g = gamma.sqrt()
-        floor_A, floor_S = pi * g, g / pi
-        return (A + torch.diag_embed(floor_A[:, None].expand(-1, A.shape[-1])),
-                S + torch.diag_embed(floor_S[:, None].expand(-1, S.shape[-1])), floor_A, floor_S)
-
     def _gammas(self, state):
-        N = state["n_data"].to(state["mean"].dtype)
-        lam = state["prior_prec"][:, 0]  # one prior precision 1/eta for all parameters (the paper's prior)
+        N = state.n_data.to(state.mean.dtype)
+        lam = state.prior_prec[:, 0]  # one prior precision 1/eta for all parameters (the paper's prior)
         g_in = self.cfg.kl_weight * lam / N
         return g_in, g_in + self.cfg.damping_ex
 
     def _refresh(self, state, covariance: bool, inverses: bool):
-        state = dict(state)
-        g_in, g = self._gammas(state)
-        scale = torch.sqrt(self.cfg.kl_weight / state["n_data"].to(state["mean"].dtype))[:, None, None]
-        for l in range(len(self.model.slices)):
-            if covariance:  # square roots of (lambda/N) [A^g_in]^-1 and [S^g_in]^-1: C = chol(X)^-T (unique)
-                A, S, floor_A, floor_S = self._damped(state, l, g_in)
-                state[f"cA{l}"] = _inv_chol_t(A, floor_A) * scale
-                state[f"cS{l}"] = _inv_chol_t(S, floor_S)
-            if inverses and not self._inverses_from_covariance:
-                A, S, _, _ = self._damped(state, l, g)
-                state[f"iA{l}"] = torch.linalg.inv(A)
-                state[f"iS{l}"] = torch.linalg.inv(S)
-        return state
+        """The state with what is derived from its factors recomputed: the posterior's (``covariance``) and the mean
+        update's (``inverses``)."""
+        raise NotImplementedError
 
     def _precondition_all(self, state, Vs):
         """The mean update's natural gradient of every layer, ``F~^-1 V`` for the list ``Vs`` of ``[R, d_in + 1,
-        d_out]`` (block-diagonal: layer by layer, ``_precondition``)."""
-        return [self._precondition(state, l, V) for l, V in enumerate(Vs)]
+        d_out]`` (block-diagonal: layer by layer, [A^g]^-1 V [S^g]^-1 by the damped inverses)."""
+        return [layer.precondition(V) for layer, V in zip(state.layers, Vs)]
 
-    def _precondition(self, state, l, V):
-        """[A^g]^-1 V [S^g]^-1 for layer ``l`` (the mean update's natural gradient of Alg. 2)."""
-        if not self._inverses_from_covariance:
-            return state[f"iA{l}"] @ V @ state[f"iS{l}"]
-        cA, cS = state[f"cA{l}"], state[f"cS{l}"]
-        N_over_kl = state["n_data"].to(V.dtype)[:, None, None] / self.cfg.kl_weight
-        if cS.shape[-1] == 1:
-            return cA @ (cA.transpose(-1, -2) @ V) * (cS * cS * N_over_kl)
-        return cA @ ((cA.transpose(-1, -2) @ V) @ cS) @ cS.transpose(-1, -2) * N_over_kl
-
-    def noise(self, state, batch, generator):
-        R, S_ = state["mean"].shape[0], self.cfg.train_samples
-        eps = [torch.randn(R, S_, d_in + 1, d_out, generator=generator, dtype=batch.x.dtype, device=batch.x.device)
-               for _, _, d_in, d_out in self.model.slices]
-        return eps, self._target_noise(state, batch, generator)
-
-    def _sample_hom(self, state, eps):
-        """W_l = M_l + cA_l E cS_l^T, so Cov vec(W_l) = (lambda/N)[A^g_in]^-1 (x) [S^g_in]^-1."""
-        return [self._hom(state["mean"], l).unsqueeze(1) + _kron_times(state[f"cA{l}"], eps[l], state[f"cS{l}"])
-                for l in range(len(self.model.slices))]
+    def _weights(self, state, eps):
+        """Each layer's weights ``[R, S, d_in + 1, d_out]`` at which a step takes its gradients, from the draws
+        ``eps`` of ``noise``."""
+        raise NotImplementedError
 
     def _layers_from_hom(self, hom):
         return [(h[..., :-1, :], h[..., -1, :]) for h in hom]
-
-    def sample_layers(self, state, n_samples, generator):
-        R = state["mean"].shape[0]
-        eps = [torch.randn(R, n_samples, d_in + 1, d_out, generator=generator, dtype=state["mean"].dtype,
-                           device=state["mean"].device) for _, _, d_in, d_out in self.model.slices]
-        return self._layers_from_hom(self._sample_hom(state, eps))
 
     def predict(self, state, x, n_samples, generator):
         return self._predictive(state, self.model.forward_layers(self.sample_layers(state, n_samples, generator), x))
 
     def step(self, state, batch, noise, lr_scale=1.0):
         eps, y_noise = noise
-        t = state["t"] + 1
+        t = state.t + 1
         T_stats, T_inv = self.cfg.T_stats, self.cfg.T_inv
         # the step count is read (a host sync, and a graph break under torch.compile) only where a schedule needs it
         k = int(t[0]) if T_stats > 1 or T_inv > 1 else 1
-        hom = self._sample_hom(state, eps)
+        hom = self._weights(state, eps)
         # the sampled targets' back-propagated gradients feed the factors only (every T_stats steps)
         if self.model.convolutional:
             f, ll, acts, grads, ds = self._conv_grads(state, hom, batch, y_noise, factors=k % T_stats == 0)
@@ -430,41 +344,38 @@ class NoisyKFAC(_NoisyBase):
             f, ll, acts, dz, ds = self._backprop_observed_and_sampled(state, self._layers_from_hom(hom), batch.x,
                                                                      batch.y, y_noise, sampled=k % T_stats == 0)
             grads = [None] * len(hom)
-        new = dict(state)
         g_in, _ = self._gammas(state)
         # Momentum on V with Adam-style bias correction, as the authors' regression code
         # (pomonam/NoisyNaturalGradient regression/ops/mvg_optimizer.py: ratio = 0.1, bias_corr); Alg. 2
         # omits it "for simplicity". momentum = 0 gives Alg. 2 exactly.
         b1 = self.cfg.momentum
-        ema = b1 > 0 and self.cfg.momentum_type != "heavy_ball"
-        bias_corr = (1 - b1 ** t.to(state["mean"].dtype))[:, None, None] if ema else None
+        bias_corr = (1 - b1 ** t.to(state.mean.dtype))[:, None, None] if state.mom is not None else None
         g_in = g_in[:, None, None]
         beta = self.cfg.beta * lr_scale
-        Vs, rows = [], []
+        Vs, rows, moms, layers = [], [], [], list(state.layers)
         n_ex = batch.x.shape[1]
         for l, (a, d_y, d_s, W, g_W) in enumerate(zip(acts, dz, ds or [None] * len(acts), hom, grads)):
             S_ = W.shape[1]
             grad, homog = _summed_gradient(a, d_y, g_W, S_)
             V = grad / S_ - g_in * W.mean(1)
-            if ema:
-                new[f"mom{l}"] = b1 * state[f"mom{l}"] + (1 - b1) * V
-                V = new[f"mom{l}"] / bias_corr
+            if state.mom is not None:
+                moms.append(b1 * state.mom[l] + (1 - b1) * V)
+                V = moms[l] / bias_corr
             Vs.append(V)
             if k % T_stats == 0:
-                new[f"A{l}"], new[f"S{l}"], row = _factor_averages(state[f"A{l}"], state[f"S{l}"], homog or
-                                                                   _homogeneous_rows(a), d_s, S_, n_ex, beta)
+                layers[l], row = state.layers[l].averaged(homog or homogeneous_rows(a), d_s, S_, n_ex, beta)
                 rows.append(row)
-        if rows:
-            new.update(self._update_extra_factors(state, rows, beta, S_, n_ex))
+        extra = self._update_extra_factors(state, rows, beta, S_, n_ex) if rows else {}
         step = self._flat(self._precondition_all(state, Vs))
         lr = self.cfg.lr * lr_scale
         if self.cfg.kl_clip is not None:
             step = step * kl_clip_coeff(self.cfg, t, lr, step, self._flat(Vs))[:, None]
-        if "velocity" in state:
-            step = new["velocity"] = b1 * state["velocity"] + step
-        new["mean"] = state["mean"] + lr * step
-        new["t"] = t
-        new.update(self._noise_step(state, f, batch.y, lr_scale))
+        velocity = state.velocity
+        if velocity is not None:
+            step = velocity = b1 * velocity + step
+        new = state.replace(mean=state.mean + lr * step, t=t, layers=tuple(layers), velocity=velocity,
+                            mom=tuple(moms) if state.mom is not None else None, **extra,
+                            **self._noise_step(state, f, batch.y, lr_scale))
         new = self._refresh(new, covariance=k % T_stats == 0, inverses=k % T_inv == 0)
         nll = -ll.mean(1)
         return new, {"objective": nll, "nll": nll}
@@ -485,13 +396,62 @@ class NoisyKFAC(_NoisyBase):
         acts = [None if a is None else a.detach() for a in acts]
         return fd, lik.log_prob(fd, batch.y).mean(-1), acts, grads, ds
 
+
+class NoisyKFAC(KroneckerFactored):
+    """Noisy K-FAC for fully connected layers (and convolutions): the posterior MN(M_l, (lambda/N) [A^g_in]^-1,
+    [S^g_in]^-1) per layer, a step at weights drawn from it; each layer's ``Kronecker`` keeps the covariance's square
+    roots ``cA``, ``cS`` and, where the mean update needs another damping or refresh, its damped inverses."""
+
+    name = "noisy_kfac"
+    Config = NoisyKFACConfig
+
+    @property
+    def _inverses_from_covariance(self) -> bool:
+        """Without extrinsic damping and with both refreshed together, the damped inverses of the mean update are
+        the covariance factors': [A^g]^-1 = C_A C_A^T N / lambda, [S^g]^-1 = C_S C_S^T (never formed)."""
+        return self.cfg.damping_ex == 0 and self.cfg.T_inv == self.cfg.T_stats
+
+    def _refresh(self, state, covariance: bool, inverses: bool):
+        g_in, g = self._gammas(state)
+        scale = torch.sqrt(self.cfg.kl_weight / state.n_data.to(state.mean.dtype))[:, None, None]
+        layers = []
+        for layer in state.layers:
+            if covariance:  # square roots of (lambda/N) [A^g_in]^-1 and [S^g_in]^-1: C = chol(X)^-T (unique)
+                layer = layer.with_root(g_in, scale)
+            if inverses and not self._inverses_from_covariance:
+                layer = layer.with_inverse(g)
+            layers.append(layer)
+        return state.replace(layers=tuple(layers))
+
+    def _precondition_all(self, state, Vs):
+        if not self._inverses_from_covariance:
+            return super()._precondition_all(state, Vs)
+        n_over_kl = state.n_data.to(Vs[0].dtype)[:, None, None] / self.cfg.kl_weight
+        return [layer.precondition_by_root(V, n_over_kl) for layer, V in zip(state.layers, Vs)]
+
+    def noise(self, state, batch, generator):
+        R, S_ = state.mean.shape[0], self.cfg.train_samples
+        eps = [torch.randn(R, S_, d_in + 1, d_out, generator=generator, dtype=batch.x.dtype, device=batch.x.device)
+               for _, _, d_in, d_out in self.model.slices]
+        return eps, self._target_noise(state, batch, generator)
+
+    def _weights(self, state, eps):
+        """W_l = M_l + cA_l E cS_l^T, so Cov vec(W_l) = (lambda/N)[A^g_in]^-1 (x) [S^g_in]^-1."""
+        return [layer.sample(self._hom(state.mean, l), eps[l]) for l, layer in enumerate(state.layers)]
+
+    def sample_layers(self, state, n_samples, generator):
+        R = state.mean.shape[0]
+        eps = [torch.randn(R, n_samples, d_in + 1, d_out, generator=generator, dtype=state.mean.dtype,
+                           device=state.mean.device) for _, _, d_in, d_out in self.model.slices]
+        return self._layers_from_hom(self._weights(state, eps))
+
     def kl(self, state):
         """lambda KL(MN(M, U, V) || N(0, eta I)) per layer, U = cA cA^T, V = cS cS^T (triangular factors):
         0.5 [tr(U) tr(V) / eta + ||M||^2 / eta - k + k log eta - d_out log|U| - d_in log|V|]."""
-        eta = 1.0 / state["prior_prec"][:, 0]
+        eta = 1.0 / state.prior_prec[:, 0]
         total = 0
-        for l, (_, _, d_in, d_out) in enumerate(self.model.slices):
-            cA, cS, M = state[f"cA{l}"], state[f"cS{l}"], self._hom(state["mean"], l)
+        for l, ((_, _, d_in, d_out), layer) in enumerate(zip(self.model.slices, state.layers)):
+            cA, cS, M = layer.cA, layer.cS, self._hom(state.mean, l)
             k = (d_in + 1) * d_out
             logdet_U = 2 * torch.log(cA.diagonal(dim1=-2, dim2=-1).abs()).sum(-1)
             logdet_V = 2 * torch.log(cS.diagonal(dim1=-2, dim2=-1).abs()).sum(-1)
@@ -499,47 +459,3 @@ class NoisyKFAC(_NoisyBase):
                                    + (M * M).sum((-2, -1)) / eta - k + k * torch.log(eta)
                                    - d_out * logdet_U - (d_in + 1) * logdet_V)
         return self.cfg.kl_weight * total
-
-
-@dataclass(frozen=True)
-class KFACConfig(NoisyKFACConfig):
-    name: str = "kfac"
-    damping_ex: float = 1e-3            # the preconditioner's damping (the CIFAR-10 code's K-FAC: 1e-3)
-    train_samples: int = 1              # the mean: no weight draws
-    learn_noise: bool = False
-
-
-class KFAC(NoisyKFAC):
-    """K-FAC (Martens & Grosse, 2015; Grosse & Martens, 2016 for convolutions), the deterministic column of noisy
-    natural gradient's CIFAR-10 table: noisy K-FAC's mean update at the mean weights, M <- M + alpha [A^g]^-1 V
-    [S^g]^-1 with V = grad log p - (lambda / N) M (weight decay of the prior's magnitude: the paper's control "K-FAC
-    with weight decay of noisy K-FAC's intrinsic decay" at kl_weight 1) and gamma = lambda / N + damping_ex; the
-    factors from targets sampled at the mean (the true Fisher). A point estimate: predictions use the mean."""
-
-    name = "kfac"
-    Config = KFACConfig
-
-    @classmethod
-    def check_settings(cls, cfg) -> None:
-        super().check_settings(cfg)
-        if cfg.train_samples != 1:
-            raise ValueError("kfac steps at the mean weights: train_samples must be 1")
-
-    @property
-    def _inverses_from_covariance(self) -> bool:
-        return False
-
-    def _refresh(self, state, covariance: bool, inverses: bool):
-        return super()._refresh(state, covariance=False, inverses=inverses)
-
-    def noise(self, state, batch, generator):
-        return None, self._target_noise(state, batch, generator, n_samples=1)
-
-    def _sample_hom(self, state, eps):
-        return [self._hom(state["mean"], l).unsqueeze(1) for l in range(len(self.model.slices))]
-
-    def sample_layers(self, state, n_samples, generator):
-        return self._layers_from_hom(self._sample_hom(state, None))
-
-    def kl(self, state):
-        return None

@@ -57,12 +57,39 @@ from dataclasses import dataclass
 
 import torch
 
-from bnnbench.methods.kfac.noisy import NoisyKFAC, NoisyKFACConfig, _inv_chol_t, _kron_times
+from bnnbench.methods.kfac.kronecker import Kronecker, inv_chol_t, kron_times
+from bnnbench.methods.kfac.noisy import KFACState, NoisyKFAC, NoisyKFACConfig
+from bnnbench.methods.state import Node, state_class
 
 
 @dataclass(frozen=True)
 class NoisyKFACBlkTriConfig(NoisyKFACConfig):
     name: str = "noisy_kfac_blktri"
+
+
+@state_class
+class ChainLink(Node):
+    """What Lambda_l and Psi_{l,l+1} of F^(gamma)^-1 = Xi^T Lambda Xi are built from, every entry a function of the
+    factors alone (no eigenvector basis, which is not unique: rounding would rotate it between a replica's batched and
+    lone steps): ``CA``, ``CS`` with C C^T = X^-1 and C^T X C = I for X = A^g_l, G^g_l; for l < L, ``PA`` = A_{l,l+1}
+    [A^g_{l+1}]^-1, ``PG`` alike, and the whitened cross factors ``KA = CA_l^T A_{l,l+1} CA_{l+1}``, ``KG`` alike
+    (C^T B C = K K^T)."""
+    CA: torch.Tensor
+    CS: torch.Tensor
+    PA: torch.Tensor | None = None
+    PG: torch.Tensor | None = None
+    KA: torch.Tensor | None = None
+    KG: torch.Tensor | None = None
+
+
+@state_class
+class BlkTriState(KFACState):
+    """Noisy K-FAC's state, the cross-layer factors ``cross[l]`` (``A`` = A_{l,l+1}, ``S`` = G_{l,l+1}, l < L) and
+    the chain of F^(gamma_in)^-1 (``chain_cov``: the posterior's and, without another damping or refresh, the mean
+    update's) and of F^(gamma)^-1 (``chain_inv``: the mean update's where it differs)."""
+    cross: tuple[Kronecker, ...]
+    chain_cov: tuple[ChainLink, ...] | None = None
+    chain_inv: tuple[ChainLink, ...] | None = None
 
 
 def _eigh(M: torch.Tensor):
@@ -78,33 +105,30 @@ def _eigh(M: torch.Tensor):
 def _psi_t_times(PA: torch.Tensor, U: torch.Tensor, PG: torch.Tensor) -> torch.Tensor:
     """``Psi^T u = P^A^T U P^G`` for ``U [R, S, a_{l-1}, g_{l-1}]`` (a layer's draws), ``P^A [R, a_{l-1}, a_l]``,
     ``P^G [R, g_{l-1}, g_l]``."""
-    return _kron_times(PA.transpose(-1, -2), U, PG.transpose(-1, -2))
+    return kron_times(PA.transpose(-1, -2), U, PG.transpose(-1, -2))
 
 
 class NoisyKFACBlkTri(NoisyKFAC):
-    """Noisy K-FAC whose posterior covariance and preconditioner are the block-tridiagonal inverse of M&G Sec. 4.3. The
-    state holds ``NoisyKFAC``'s per-layer ``A_l``, ``S_l`` (G_l), the cross-layer ``Ax_l`` (A_{l,l+1}), ``Sx_l``
-    (G_{l,l+1}), and per prefix ``c`` (covariance, gamma_in) and, where the mean update needs another damping or
-    refresh, ``i`` (gamma), ``_factorise``'s basis-free entries; the eigen-decompositions are made where used
-    (``_chain``)."""
+    """Noisy K-FAC whose posterior covariance and preconditioner are the block-tridiagonal inverse of M&G Sec. 4.3
+    (``BlkTriState``); the eigen-decompositions are made where used (``_chain``)."""
 
     name = "noisy_kfac_blktri"
     Config = NoisyKFACBlkTriConfig
+    State = BlkTriState
     conv = False
 
-    def _init_extra_factors(self, state) -> dict:
-        mean, R = state["mean"], state["mean"].shape[0]
-        sl = self.model.slices
-        return {**{f"Ax{l}": torch.zeros(R, sl[l][2] + 1, sl[l + 1][2] + 1, dtype=mean.dtype, device=mean.device)
-                   for l in range(len(sl) - 1)},
-                **{f"Sx{l}": torch.zeros(R, sl[l][3], sl[l + 1][3], dtype=mean.dtype, device=mean.device)
-                   for l in range(len(sl) - 1)}}
+    def _init_extra_factors(self, mean) -> dict:
+        R, sl = mean.shape[0], self.model.slices
+        def zeros(a: int, b: int):
+            return torch.zeros(R, a, b, dtype=mean.dtype, device=mean.device)
+        return {"cross": tuple(Kronecker(A=zeros(sl[l][2] + 1, sl[l + 1][2] + 1), S=zeros(sl[l][3], sl[l + 1][3]))
+                               for l in range(len(sl) - 1))}
 
     def _update_extra_factors(self, state, rows, beta, n_samples, n_ex) -> dict:
         """A_{l,l+1} <- (1 - b) A_{l,l+1} + b E[a_l a_{l+1}^T], G_{l,l+1} likewise, over the rows of A_l's and G_l's
         updates (one per weight sample and example); where a layer's inputs are shared by the samples (the first
         layer's, ``_homogeneous_rows``), the other layer's are summed over the samples first."""
-        out = {}
+        cross = []
         for l in range(len(rows) - 1):
             (a, a_shared, d), (a_next, next_shared, d_next) = rows[l], rows[l + 1]
             if a_shared != next_shared:
@@ -113,71 +137,64 @@ class NoisyKFACBlkTri(NoisyKFAC):
                 else:
                     a = a.unflatten(1, (n_samples, n_ex)).sum(1)
             n_rows = n_ex if a_shared and next_shared else n_samples * n_ex
-            out[f"Ax{l}"] = torch.baddbmm(state[f"Ax{l}"], a.transpose(1, 2), a_next, beta=1 - beta,
-                                          alpha=beta / n_rows)
-            out[f"Sx{l}"] = torch.baddbmm(state[f"Sx{l}"], d.transpose(1, 2), d_next, beta=1 - beta,
-                                          alpha=beta / (n_samples * n_ex))
-        return out
+            old = state.cross[l]
+            cross.append(Kronecker(
+                A=torch.baddbmm(old.A, a.transpose(1, 2), a_next, beta=1 - beta, alpha=beta / n_rows),
+                S=torch.baddbmm(old.S, d.transpose(1, 2), d_next, beta=1 - beta, alpha=beta / (n_samples * n_ex))))
+        return {"cross": tuple(cross)}
 
-    def _factorise(self, state, gamma: torch.Tensor, prefix: str) -> dict:
-        """What F^(gamma)^-1 = Xi^T Lambda Xi is built from, every entry a function of the factors alone (no
-        eigenvector basis, which is not unique: rounding would rotate it between a replica's batched and lone steps):
-        ``{prefix}CA_l``, ``CS_l`` with C C^T = X^-1 and C^T X C = I for X = A^g_l, G^g_l; ``PA_l``, ``PG_l``; and the
-        whitened cross factors ``KA_l = CA_l^T A_{l,l+1} CA_{l+1}``, ``KG_l`` alike (l < L), C^T B C = K K^T."""
+    def _factorise(self, state, gamma: torch.Tensor) -> tuple[ChainLink, ...]:
+        """The ``ChainLink`` of every layer for F^(gamma)^-1 = Xi^T Lambda Xi."""
         L = len(self.model.slices)
-        out = {}
-        for l in range(L):
-            A, S, floor_A, floor_S = self._damped(state, l, gamma)
-            out[f"{prefix}CA{l}"], out[f"{prefix}CS{l}"] = _inv_chol_t(A, floor_A), _inv_chol_t(S, floor_S)
-        for l in range(L - 1):
-            cA, cS, nA, nS = (out[f"{prefix}{k}"] for k in (f"CA{l}", f"CS{l}", f"CA{l + 1}", f"CS{l + 1}"))
-            Ax, Sx = state[f"Ax{l}"], state[f"Sx{l}"]
-            out[f"{prefix}PA{l}"] = Ax @ nA @ nA.transpose(-1, -2)     # A_{l,l+1} [A^g_{l+1}]^-1
-            out[f"{prefix}PG{l}"] = Sx @ nS @ nS.transpose(-1, -2)
-            out[f"{prefix}KA{l}"] = cA.transpose(-1, -2) @ Ax @ nA
-            out[f"{prefix}KG{l}"] = cS.transpose(-1, -2) @ Sx @ nS
-        return out
-
-    def _chain(self, state, prefix: str):
-        """Per layer ``(UA, QA, UG, QG, D, PA, PG)`` (PA, PG None for the last layer): Q diag(s) Q^T = K K^T,
-        U = C Q, D = 1 / (1 - s t) (floored at the dtype's epsilon), so that Lambda_l = (UA (x) UG) diag(D) (UA (x)
-        UG)^T. Recomputed from the state's basis-free entries where used; the last call's result is kept while it is
-        asked for the same tensors (a step's draws and its mean update share it)."""
-        L = len(self.model.slices)
-        keys = tuple(state[f"{prefix}{k}{l}"] for l in range(L) for k in (("CA", "CS", "PA", "PG", "KA", "KG")
-                                                                           if l < L - 1 else ("CA", "CS")))
-        cached = getattr(self, "_chain_cache", None)
-        if cached is not None and cached[0] == prefix and len(cached[1]) == len(keys) and all(
-                a is b for a, b in zip(cached[1], keys)):
-            return cached[2]
-        out = []
-        for l in range(L):
-            cA, cS = state[f"{prefix}CA{l}"], state[f"{prefix}CS{l}"]
+        roots = []
+        for layer in state.layers:
+            A, S, floor_A, floor_S = layer.damped(gamma)
+            roots.append((inv_chol_t(A, floor_A), inv_chol_t(S, floor_S)))
+        links = []
+        for l, (cA, cS) in enumerate(roots):
             if l == L - 1:
+                links.append(ChainLink(CA=cA, CS=cS))
+                continue
+            nA, nS = roots[l + 1]
+            Ax, Sx = state.cross[l].A, state.cross[l].S
+            links.append(ChainLink(CA=cA, CS=cS, PA=Ax @ nA @ nA.transpose(-1, -2), PG=Sx @ nS @ nS.transpose(-1, -2),
+                                   KA=cA.transpose(-1, -2) @ Ax @ nA, KG=cS.transpose(-1, -2) @ Sx @ nS))
+        return tuple(links)
+
+    def _chain(self, links: tuple[ChainLink, ...]):
+        """Per layer ``(UA, QA, UG, QG, D, PA, PG)`` (PA, PG None for the last layer) of the chain ``links``: Q diag(s)
+        Q^T = K K^T, U = C Q, D = 1 / (1 - s t) (floored at the dtype's epsilon), so that Lambda_l = (UA (x) UG)
+        diag(D) (UA (x) UG)^T. Recomputed from the basis-free links where used; the last call's result is kept while
+        it is asked for the same links (a step's draws and its mean update share it)."""
+        cached = getattr(self, "_chain_cache", None)
+        if cached is not None and cached[0] is links:
+            return cached[1]
+        out = []
+        for link in links:
+            cA, cS = link.CA, link.CS
+            if link.KA is None:
                 eye = torch.ones(cA.shape[0], cA.shape[-1], cS.shape[-1], dtype=cA.dtype, device=cA.device)
                 out.append((cA, None, cS, None, eye, None, None))
                 continue
-            KA, KG = state[f"{prefix}KA{l}"], state[f"{prefix}KG{l}"]
-            s, QA = _eigh(KA @ KA.transpose(-1, -2))
-            t, QG = _eigh(KG @ KG.transpose(-1, -2))
+            s, QA = _eigh(link.KA @ link.KA.transpose(-1, -2))
+            t, QG = _eigh(link.KG @ link.KG.transpose(-1, -2))
             one_minus = 1 - s.unsqueeze(-1) * t.unsqueeze(-2)
             D = 1 / one_minus.clamp_min(torch.finfo(one_minus.dtype).eps)
-            out.append((cA @ QA, QA, cS @ QG, QG, D, state[f"{prefix}PA{l}"], state[f"{prefix}PG{l}"]))
-        self._chain_cache = (prefix, keys, out)
+            out.append((cA @ QA, QA, cS @ QG, QG, D, link.PA, link.PG))
+        self._chain_cache = (links, out)
         return out
 
     def _refresh(self, state, covariance: bool, inverses: bool):
-        state = dict(state)
         g_in, g = self._gammas(state)
         if covariance:
-            state.update(self._factorise(state, g_in, "c"))
+            state = state.replace(chain_cov=self._factorise(state, g_in))
         if inverses and not self._inverses_from_covariance:
-            state.update(self._factorise(state, g, "i"))
+            state = state.replace(chain_inv=self._factorise(state, g))
         return state
 
     def _precondition_all(self, state, Vs):
         """F^(gamma)^-1 V = Xi^T Lambda Xi V for the layers' ``Vs [R, d_in + 1, d_out]``."""
-        chain = self._chain(state, "c" if self._inverses_from_covariance else "i")
+        chain = self._chain(state.chain_cov if self._inverses_from_covariance else state.chain_inv)
         L = len(Vs)
         Y = [V - chain[l][5] @ Vs[l + 1] @ chain[l][6].transpose(-1, -2) if l < L - 1 else V for l, V in enumerate(Vs)]
         Z = [UA @ ((UA.transpose(-1, -2) @ y @ UG) * D) @ UG.transpose(-1, -2)
@@ -185,21 +202,22 @@ class NoisyKFACBlkTri(NoisyKFAC):
         return [z - chain[l - 1][5].transpose(-1, -2) @ Z[l - 1] @ chain[l - 1][6] if l > 0 else z
                 for l, z in enumerate(Z)]
 
-    def _sample_hom(self, state, eps):
+    def _weights(self, state, eps):
         """w_l = mu_l + sqrt(lambda / N) (u_l - Psi_{l-1,l}^T u_{l-1}): covariance (lambda / N) Xi^T Lambda Xi. The
         square root of Lambda_l that draws u_l is the basis-free (C_A (x) C_G) (I - M_A (x) M_G)^-1/2, M = K K^T
         (a function of the factors: u_l = C_A [Q_A ((Q_A^T E Q_G) * D^1/2) Q_G^T] C_G^T), so that a replica's draws
         from the same eps do not depend on the eigenvector basis rounding picks. With eps = identity columns, tests
         read the covariance off this map."""
-        scale = torch.sqrt(self.cfg.kl_weight / state["n_data"].to(state["mean"].dtype))[:, None, None, None]
+        scale = torch.sqrt(self.cfg.kl_weight / state.n_data.to(state.mean.dtype))[:, None, None, None]
+        links = state.chain_cov
         hom, u_prev = [], None
-        for l, (_, QA, _, QG, D, _, _) in enumerate(self._chain(state, "c")):
-            E = eps[l] if QA is None else _kron_times(QA, _kron_times(QA.transpose(-1, -2), eps[l], QG.transpose(
+        for l, (_, QA, _, QG, D, _, _) in enumerate(self._chain(links)):
+            E = eps[l] if QA is None else kron_times(QA, kron_times(QA.transpose(-1, -2), eps[l], QG.transpose(
                 -1, -2)) * D.sqrt().unsqueeze(1), QG)
-            u = _kron_times(state[f"cCA{l}"], E, state[f"cCS{l}"])
-            w = u if l == 0 else u - _psi_t_times(state[f"cPA{l - 1}"], u_prev, state[f"cPG{l - 1}"])
+            u = kron_times(links[l].CA, E, links[l].CS)
+            w = u if l == 0 else u - _psi_t_times(links[l - 1].PA, u_prev, links[l - 1].PG)
             u_prev = u
-            hom.append(self._hom(state["mean"], l).unsqueeze(1) + scale * w)
+            hom.append(self._hom(state.mean, l).unsqueeze(1) + scale * w)
         return hom
 
     def kl(self, state):
@@ -208,13 +226,13 @@ class NoisyKFACBlkTri(NoisyKFAC):
         log|Sigma| = k log c + sum_l [2 g_l log|U_A| + 2 a_l log|U_G| + sum log D_l] and
         tr(Sigma) = c sum_l [tr Lambda_l + tr(Psi_{l-1,l}^T Lambda_{l-1} Psi_{l-1,l})], each
         sum_ij D_ij |row i of U_A^T X|^2 |row j of U_G^T Y|^2 (X, Y = I, or P^A, P^G)."""
-        mean = state["mean"]
-        eta = 1.0 / state["prior_prec"][:, 0]
-        c = self.cfg.kl_weight / state["n_data"].to(mean.dtype)
+        mean = state.mean
+        eta = 1.0 / state.prior_prec[:, 0]
+        c = self.cfg.kl_weight / state.n_data.to(mean.dtype)
         k = mean.shape[-1]
         logdet, trace = k * torch.log(c), 0
         for l, ((_, _, d_in, d_out), (UA, _, UG, _, D, PA, PG)) in enumerate(zip(self.model.slices,
-                                                                                 self._chain(state, "c"))):
+                                                                                 self._chain(state.chain_cov))):
             logdet = logdet + (2 * d_out * torch.linalg.slogdet(UA)[1] + 2 * (d_in + 1) * torch.linalg.slogdet(UG)[1]
                                + torch.log(D).sum((-2, -1)))
             trace = trace + ((UA * UA).sum(-2).unsqueeze(-1) * D * (UG * UG).sum(-2).unsqueeze(-2)).sum((-2, -1))

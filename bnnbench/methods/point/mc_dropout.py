@@ -17,8 +17,9 @@ from types import MappingProxyType
 
 import torch
 
-from bnnbench.methods.base import Problem, State
-from bnnbench.methods.point.map import MAP, MAPConfig
+from bnnbench.methods.base import Problem
+from bnnbench.methods.point.map import MAP, MAPConfig, MAPState
+from bnnbench.methods.state import state_class
 
 
 @dataclass(frozen=True)
@@ -26,26 +27,33 @@ class MCDropoutConfig(MAPConfig):
     name: str = "mc_dropout"
     length_scale: float = 0.01          # l of the weight decay l^2 (1 - p) / (2 N tau) (Gal & Ghahramani, 2016)
 
+@state_class
+class MCDropoutState(MAPState):
+    """MAP's state and each replica's dropout rate p ``[R]`` (a ``replica_hparams`` entry)."""
+    dropout: torch.Tensor
+
+
 class MCDropout(MAP):
     """MAP's Adam on theta with dropout masks as the noise of a step and Gal's objective."""
     name = "mc_dropout"
     Config = MCDropoutConfig
+    State = MCDropoutState
     replica_hparams = MappingProxyType({"dropout": (0.0, 0.5)})   # the dropout rate p
     conv = False  # dropout masks of an MLP's layer inputs
 
-    def init(self, problem: Problem, generator: torch.Generator) -> State:
+    def init(self, problem: Problem, generator: torch.Generator) -> MCDropoutState:
         if "dropout" not in problem.hparams or self.likelihood != "gaussian":
             raise ValueError("mc_dropout needs a Gaussian likelihood and a dropout rate per replica")
         return super().init(problem, generator)
 
     def noise(self, state, batch, generator):
-        return self.model.dropout_masks(state["dropout"], 1, batch.x.shape[1], generator, batch.x.dtype)
+        return self.model.dropout_masks(state.dropout, 1, batch.x.shape[1], generator, batch.x.dtype)
 
     def weight_decay(self, state) -> torch.Tensor:
         """reg = l^2 (1 - p) / (2 N tau) per replica, tau in original target units."""
-        tau_orig = state["noise_prec"] / state["y_scale"] ** 2
+        tau_orig = state.noise_prec / state.y_scale ** 2
         l2 = self.cfg.length_scale ** 2
-        return l2 * (1 - state["dropout"]) / (2 * state["n_data"].to(tau_orig.dtype) * tau_orig)
+        return l2 * (1 - state.dropout) / (2 * state.n_data.to(tau_orig.dtype) * tau_orig)
 
     def objective(self, state, theta, batch, noise):
         f = self.model.forward(theta.unsqueeze(1), batch.x, dropout_masks=noise)
@@ -56,6 +64,6 @@ class MCDropout(MAP):
         return mse + self.weight_decay(state) * (theta * theta).index_select(-1, weights).sum(-1), {}
 
     def predict(self, state, x, n_samples, generator):
-        theta = state["theta"].unsqueeze(1).expand(-1, n_samples, -1)
-        masks = self.model.dropout_masks(state["dropout"], n_samples, x.shape[1], generator, x.dtype)
+        theta = state.theta.unsqueeze(1).expand(-1, n_samples, -1)
+        masks = self.model.dropout_masks(state.dropout, n_samples, x.shape[1], generator, x.dtype)
         return self._predictive(state, self.model.forward(theta, x, dropout_masks=masks))

@@ -43,8 +43,9 @@ import torch
 from bnnbench.core import mcmc
 from bnnbench.core.errors import ConfigError
 from bnnbench.core.linalg.full_batch import gaussian_energy_grad
-from bnnbench.methods.base import Batch, Method, Predictive, Problem, State, hyper_state
+from bnnbench.methods.base import Batch, Method, Predictive, Problem, hyper_state
 from bnnbench.methods.settings import MethodConfig
+from bnnbench.methods.state import State, state_class
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,32 @@ def mass_windows(warmup: int) -> tuple[int, list[int]]:
     return init, ends or [0]
 
 
+@state_class
+class HMCState(State):
+    """C chains per replica: their positions theta ``[R, C, P]`` (and z = log tau ``[R, C]`` where the noise is
+    learned, ``log_tau``); dual averaging's log eps, log eps_bar, H_bar, mu ``[R, C]`` and its count m ``da_m``;
+    the sum of the acceptance probabilities alpha after the warm-up ``accept_sum``; the transitions t and the draws
+    kept ``n_kept`` ``[R]``; the ring buffer of kept draws ``samples [R, C, K, P]`` (and ``tau_samples [R, C, K]``
+    where the noise is learned), float32; the diagonal M^-1 ``inv_mass [R, D]`` and the running count, mean and sum
+    of squares of the current mass window's draws (``mass_n``, ``mass_mean``, ``mass_m2``)."""
+    theta: torch.Tensor
+    log_eps: torch.Tensor
+    log_eps_bar: torch.Tensor
+    h_bar: torch.Tensor
+    accept_sum: torch.Tensor
+    t: torch.Tensor
+    n_kept: torch.Tensor
+    samples: torch.Tensor
+    da_m: torch.Tensor
+    mu: torch.Tensor
+    inv_mass: torch.Tensor
+    mass_n: torch.Tensor
+    mass_mean: torch.Tensor
+    mass_m2: torch.Tensor
+    log_tau: torch.Tensor | None = None
+    tau_samples: torch.Tensor | None = None
+
+
 class HMC(Method):
     name = "hmc"
     Config = HMCConfig
@@ -118,7 +145,7 @@ class HMC(Method):
     def learns_noise(self) -> bool:
         return self.likelihood == "gaussian" and self.cfg.learn_noise
 
-    def init(self, problem: Problem, generator: torch.Generator) -> State:
+    def init(self, problem: Problem, generator: torch.Generator) -> HMCState:
         if self.likelihood != "gaussian":
             raise ValueError(f"hmc has a Gaussian likelihood's potential only, not {self.likelihood!r}")
         cfg, R, C = self.cfg, problem.n_replicas, self.cfg.chains
@@ -126,42 +153,42 @@ class HMC(Method):
         theta = self.model.init(R * C, generator, cfg.init_mean, device=lam.device, dtype=lam.dtype)
         log_eps = torch.full((R, C), math.log(cfg.step_size), device=lam.device, dtype=lam.dtype)
         K, P = cfg.keep, self.model.n_params
-        state = {**hyper_state(problem), "theta": theta.reshape(R, C, P), "log_eps": log_eps,
-                 "log_eps_bar": log_eps.clone(), "h_bar": torch.zeros_like(log_eps),
-                 "accept_sum": torch.zeros_like(log_eps), "t": torch.zeros(R, dtype=torch.long, device=lam.device),
-                 "n_kept": torch.zeros(R, dtype=torch.long, device=lam.device),
-                 "samples": torch.zeros(R, C, K, P, device=lam.device, dtype=torch.float32),
-                 "da_m": torch.zeros(R, dtype=torch.long, device=lam.device),
-                 "mu": torch.full_like(log_eps, math.log(10 * cfg.step_size))}
+        fields = dict(theta=theta.reshape(R, C, P), log_eps=log_eps, log_eps_bar=log_eps.clone(),
+                      h_bar=torch.zeros_like(log_eps), accept_sum=torch.zeros_like(log_eps),
+                      t=torch.zeros(R, dtype=torch.long, device=lam.device),
+                      n_kept=torch.zeros(R, dtype=torch.long, device=lam.device),
+                      samples=torch.zeros(R, C, K, P, device=lam.device, dtype=torch.float32),
+                      da_m=torch.zeros(R, dtype=torch.long, device=lam.device),
+                      mu=torch.full_like(log_eps, math.log(10 * cfg.step_size)))
         if self.learns_noise():
             prior_mean = cfg.noise_prior_shape / cfg.noise_prior_rate
-            state["log_tau"] = torch.full_like(log_eps, math.log(prior_mean))
-            state["tau_samples"] = torch.zeros(R, C, K, device=lam.device, dtype=torch.float32)
+            fields.update(log_tau=torch.full_like(log_eps, math.log(prior_mean)),
+                          tau_samples=torch.zeros(R, C, K, device=lam.device, dtype=torch.float32))
         D = P + int(self.learns_noise())
-        state.update(inv_mass=torch.ones(R, D, device=lam.device, dtype=lam.dtype),
-                     mass_n=torch.zeros(R, device=lam.device, dtype=lam.dtype),
-                     mass_mean=torch.zeros(R, D, device=lam.device, dtype=lam.dtype),
-                     mass_m2=torch.zeros(R, D, device=lam.device, dtype=lam.dtype))
-        return state
+        return HMCState(**hyper_state(problem), **fields,
+                        inv_mass=torch.ones(R, D, device=lam.device, dtype=lam.dtype),
+                        mass_n=torch.zeros(R, device=lam.device, dtype=lam.dtype),
+                        mass_mean=torch.zeros(R, D, device=lam.device, dtype=lam.dtype),
+                        mass_m2=torch.zeros(R, D, device=lam.device, dtype=lam.dtype))
 
-    def position(self, state: State) -> torch.Tensor:
+    def position(self, state: HMCState) -> torch.Tensor:
         """q ``[R, C, D]``: theta, and z = log tau as the last coordinate when the noise is learned."""
-        if "log_tau" in state:
-            return torch.cat([state["theta"], state["log_tau"].unsqueeze(-1)], -1)
-        return state["theta"]
+        if state.log_tau is not None:
+            return torch.cat([state.theta, state.log_tau.unsqueeze(-1)], -1)
+        return state.theta
 
-    def potential(self, state: State, q: torch.Tensor, batch: Batch, mask: torch.Tensor):
+    def potential(self, state: HMCState, q: torch.Tensor, batch: Batch, mask: torch.Tensor):
         """U(q) ``[R, C]`` and grad U(q) ``[R, C, D]`` on each replica's own rows (module docstring)."""
         P = self.model.n_params
-        theta, lam = q[..., :P], state["prior_prec"].unsqueeze(1)
-        tau = q[..., P].exp() if q.shape[-1] > P else state["noise_prec"].unsqueeze(1).expand(q.shape[:2])
+        theta, lam = q[..., :P], state.prior_prec.unsqueeze(1)
+        tau = q[..., P].exp() if q.shape[-1] > P else state.noise_prec.unsqueeze(1).expand(q.shape[:2])
         U, grad, sse = gaussian_energy_grad(self.model, theta, batch.x, batch.y, mask, tau)
         lam_theta = lam * theta
         grad = grad + lam_theta
         U = U + 0.5 * (lam_theta * theta).sum(-1)
         if q.shape[-1] > P:
             a0, b0 = self.cfg.noise_prior_shape, self.cfg.noise_prior_rate
-            half_n = 0.5 * state["n_data"].to(q.dtype).unsqueeze(1)
+            half_n = 0.5 * state.n_data.to(q.dtype).unsqueeze(1)
             z = q[..., P]
             U = U - (half_n + a0) * z + b0 * tau
             grad = torch.cat([grad, (0.5 * tau * sse - half_n - a0 + b0 * tau).unsqueeze(-1)], -1)
@@ -208,12 +235,12 @@ class HMC(Method):
         cfg = self.cfg
         mask = full_batch(batch)
         q0 = self.position(state)
-        inv_mass = state["inv_mass"].unsqueeze(1)                                     # [R, 1, D]
+        inv_mass = state.inv_mass.unsqueeze(1)                                        # [R, 1, D]
         p0 = z * inv_mass.rsqrt()                                                     # p ~ N(0, M)
         U0, g0 = self.potential(state, q0, batch, mask)
-        n = int(state["t"][0])           # transitions so far: the replicas move in lock step
+        n = int(state.t[0])           # transitions so far: the replicas move in lock step
         warm = n < cfg.warmup
-        log_eps = state["log_eps"] if warm else state["log_eps_bar"]
+        log_eps = state.log_eps if warm else state.log_eps_bar
         q1, p1, U1 = self.leapfrog(state, q0, p0, g0, log_eps.exp().unsqueeze(-1), steps, batch, mask, inv_mass)
         dH = (U0 + 0.5 * (inv_mass * p0 * p0).sum(-1)) - (U1 + 0.5 * (inv_mass * p1 * p1).sum(-1))
         log_alpha = torch.nan_to_num(dH, nan=-math.inf).clamp(max=0.0)               # a non-finite H: rejected
@@ -223,51 +250,51 @@ class HMC(Method):
         U = torch.where(accept, U1, U0)
 
         P = self.model.n_params
-        new = {**state, "theta": q[..., :P], "t": state["t"] + 1}
+        new = {"theta": q[..., :P], "t": state.t + 1}
         if q.shape[-1] > P:
             new["log_tau"] = q[..., P]
         if warm:
             new.update(self.adapt(state, q, alpha, n + 1))
         else:
-            new["accept_sum"] = state["accept_sum"] + alpha
+            new["accept_sum"] = state.accept_sum + alpha
         after = n + 1 - cfg.warmup
         if after > 0 and after % cfg.thin == 0:
-            n_kept = state["n_kept"]
+            n_kept = state.n_kept
             slot = torch.remainder(n_kept[:1], cfg.keep)
-            new["samples"] = state["samples"].index_copy(2, slot, q[..., :P].unsqueeze(2).float())
-            if "tau_samples" in state:
-                new["tau_samples"] = state["tau_samples"].index_copy(2, slot, q[..., P:].exp().float())
+            new["samples"] = state.samples.index_copy(2, slot, q[..., :P].unsqueeze(2).float())
+            if state.tau_samples is not None:
+                new["tau_samples"] = state.tau_samples.index_copy(2, slot, q[..., P:].exp().float())
             new["n_kept"] = n_kept + 1
-        return new, {"objective": U.mean(1) / state["n_data"].to(U.dtype), "accept": alpha.mean(1)}
+        return state.replace(**new), {"objective": U.mean(1) / state.n_data.to(U.dtype), "accept": alpha.mean(1)}
 
-    def adapt(self, state: State, q: torch.Tensor, alpha: torch.Tensor, m_total: int) -> dict:
+    def adapt(self, state: HMCState, q: torch.Tensor, alpha: torch.Tensor, m_total: int) -> dict:
         """The warm-up's updates after transition ``m_total``: dual averaging of log eps (module docstring), and with
         ``adapt_mass`` the diagonal M^-1 as Stan sets it (Stan Reference Manual, "HMC algorithm parameters"): the
         variances of the draws of each slow window (``mass_windows``), pooled over the replica's chains and shrunk,
         (n / (n + 5)) var + 10^-3 (5 / (n + 5)); at each window's end dual averaging restarts at mu = log(10 eps),
         with eps_bar = eps until its next update overwrites it (a warm-up whose last transition ends a window, one
-        shorter than 10 transitions, then keeps that step size)."""
+        shorter than 10 transitions, then keeps that step size). Returns the changed fields of the state."""
         cfg = self.cfg
-        da_m = state["da_m"] + 1
+        da_m = state.da_m + 1
         m = da_m.to(q.dtype).unsqueeze(1)
         eta = 1.0 / (m + cfg.da_t0)
-        h_bar = (1 - eta) * state["h_bar"] + eta * (cfg.target_accept - alpha)
-        log_eps = state["mu"] - m.sqrt() / cfg.da_gamma * h_bar
+        h_bar = (1 - eta) * state.h_bar + eta * (cfg.target_accept - alpha)
+        log_eps = state.mu - m.sqrt() / cfg.da_gamma * h_bar
         w = m ** -cfg.da_kappa
         out = {"da_m": da_m, "h_bar": h_bar, "log_eps": log_eps,
-               "log_eps_bar": w * log_eps + (1 - w) * state["log_eps_bar"]}
+               "log_eps_bar": w * log_eps + (1 - w) * state.log_eps_bar}
         if not cfg.adapt_mass:
             return out
         start, ends = mass_windows(cfg.warmup)
         if not start < m_total <= ends[-1]:
             return out
         # the chains' draws merged into the running mean and sum of squares (Chan et al.'s pairwise update)
-        n_a, C = state["mass_n"].unsqueeze(1), q.shape[1]
+        n_a, C = state.mass_n.unsqueeze(1), q.shape[1]
         mean_b = q.mean(1)
-        delta = mean_b - state["mass_mean"]
+        delta = mean_b - state.mass_mean
         n = n_a + C
-        mean = state["mass_mean"] + delta * (C / n)
-        m2 = state["mass_m2"] + (q - mean_b.unsqueeze(1)).square().sum(1) + delta.square() * (n_a * C / n)
+        mean = state.mass_mean + delta * (C / n)
+        m2 = state.mass_m2 + (q - mean_b.unsqueeze(1)).square().sum(1) + delta.square() * (n_a * C / n)
         out.update(mass_n=n[:, 0], mass_mean=mean, mass_m2=m2)
         if m_total in ends:
             var = m2 / (n - 1).clamp_min(1)
@@ -277,17 +304,17 @@ class HMC(Method):
                        mu=math.log(10) + log_eps)
         return out
 
-    def kept(self, state: State):
+    def kept(self, state: HMCState):
         """The kept draws in the order they were kept: theta ``[R, C, k, P]`` (the state's dtype) and tau
         ``[R, C, k]`` (or ``None`` for a fixed noise precision); before any is kept, the chains' current states."""
-        k, K = int(state["n_kept"][0]), state["samples"].shape[2]
-        dt = state["prior_prec"].dtype
+        k, K = int(state.n_kept[0]), state.samples.shape[2]
+        dt = state.prior_prec.dtype
         if k == 0:
-            tau = state["log_tau"].exp().unsqueeze(-1) if "log_tau" in state else None
-            return state["theta"].unsqueeze(2), tau
-        order = torch.arange(k - min(k, K), k, device=state["samples"].device) % K
-        theta = state["samples"].index_select(2, order).to(dt)
-        tau = state["tau_samples"].index_select(2, order).to(dt) if "tau_samples" in state else None
+            tau = state.log_tau.exp().unsqueeze(-1) if state.log_tau is not None else None
+            return state.theta.unsqueeze(2), tau
+        order = torch.arange(k - min(k, K), k, device=state.samples.device) % K
+        theta = state.samples.index_select(2, order).to(dt)
+        tau = state.tau_samples.index_select(2, order).to(dt) if state.tau_samples is not None else None
         return theta, tau
 
     def predict(self, state, x, n_samples, generator):
@@ -302,9 +329,9 @@ class HMC(Method):
         elif tau is not None:
             tau = tau.reshape(R, C * k)
         f = self.model.forward(theta, x)
-        return Predictive(f=f, noise_prec=state["noise_prec"] if tau is None else tau)
+        return Predictive(f=f, noise_prec=state.noise_prec if tau is None else tau)
 
-    def diagnostics(self, state: State, data) -> dict:
+    def diagnostics(self, state: HMCState, data) -> dict:
         """Acceptance rate and step size per chain, and the rank-normalised split R-hat and the bulk and tail ESS
         (``mcmc``: Stan's and ArviZ's) over the C chains of the test predictions: f(x_t) (whose mean is the predictive
         mean) and f(x_t)^2 + 1/tau (whose mean minus the squared predictive mean is the predictive variance), their
@@ -313,17 +340,17 @@ class HMC(Method):
         flagged when an R-hat exceeds ``rhat_max``."""
         theta, tau = self.kept(state)
         R, C, k, P = theta.shape
-        n_after = (state["t"] - self.cfg.warmup).clamp_min(1).to(state["accept_sum"].dtype)
+        n_after = (state.t - self.cfg.warmup).clamp_min(1).to(state.accept_sum.dtype)
         out = {"chains": C, "kept_per_chain": k,
-               "acceptance_rate": (state["accept_sum"] / n_after[:, None]).tolist(),
-               "step_size": state["log_eps_bar"].exp().tolist(), "rhat_threshold": self.cfg.rhat_max}
+               "acceptance_rate": (state.accept_sum / n_after[:, None]).tolist(),
+               "step_size": state.log_eps_bar.exp().tolist(), "rhat_threshold": self.cfg.rhat_max}
         if k < 4:
             return {**out, "flagged": True, "summary": f"only {k} draws kept per chain: no R-hat"}
         u = data.data_index
         with torch.no_grad():
             f = self.model.forward(theta.reshape(R, C * k, P), data.x_eval[u])[..., 0]  # [R, C k, T]
         f = f.reshape(R, C, k, -1).permute(0, 3, 1, 2).double().cpu().numpy()         # [R, T, C, k]
-        inv_tau = (1 / state["noise_prec"]).reshape(R, 1, 1, 1) if tau is None else 1 / tau.unsqueeze(1)
+        inv_tau = (1 / state.noise_prec).reshape(R, 1, 1, 1) if tau is None else 1 / tau.unsqueeze(1)
         second = f * f + inv_tau.double().cpu().numpy()
         valid = data.eval_mask[u].cpu().numpy()                                        # [R, T]
         for name, draws in (("mean", f), ("var", second)):
@@ -337,7 +364,7 @@ class HMC(Method):
         least = {e: min(min(out[f"ess_{e}_mean_min"]), min(out[f"ess_{e}_var_min"])) for e in ("bulk", "tail")}
         out["summary"] = (f"R-hat of the test predictions <= {worst:.3f} (threshold {self.cfg.rhat_max}), "
                           f"bulk ESS >= {least['bulk']:.0f}, tail ESS >= {least['tail']:.0f} "
-                          f"of {C * k} draws, acceptance {float(state['accept_sum'].sum() / n_after.sum() / C):.2f}"
+                          f"of {C * k} draws, acceptance {float(state.accept_sum.sum() / n_after.sum() / C):.2f}"
                           + (f", predictive variances of the two halves of the chains correlate >= {min(halves):.3f}"
                              if halves else ""))
         return out

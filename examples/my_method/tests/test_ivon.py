@@ -12,7 +12,7 @@ from bnnbench.core.models import MLP
 
 pytest.importorskip("bnnbench_ivon", reason='pip install -e "examples/my_method[test]" (make install does)')
 ivon = pytest.importorskip("ivon", reason='pip install -e "examples/my_method[test]" (make install does)')
-from bnnbench_ivon import IVON, IVONConfig  # noqa: E402
+from bnnbench_ivon import IVON, IVONConfig, IVONState  # noqa: E402
 DT = torch.float64
 
 
@@ -35,7 +35,8 @@ def test_steps_equal_the_authors_optimizer(S, beta2):
     problem = Problem("gaussian", n_data=torch.tensor([N]), prior_prec=torch.full((1, model.n_params), lam, dtype=DT),
                       noise_prec=torch.tensor([tau], dtype=DT), y_scale=torch.ones(1, dtype=DT))
     state = method.init(problem, g)
-    theta = torch.nn.Parameter(state["mean"][0].clone())
+    assert type(state) is IVONState and state.n_data.tolist() == [N] and state.y_scale is not None
+    theta = torch.nn.Parameter(state.mean[0].clone())
     opt = ivon.IVON([theta], lr=0.05, ess=N, hess_init=0.75, beta1=0.9, beta2=beta2, weight_decay=lam / N,
                     mc_samples=S)
     lik = likelihood_of(state, "gaussian")
@@ -51,6 +52,6 @@ def test_steps_equal_the_authors_optimizer(S, beta2):
                 loss.backward()
         opt.step()
         state, _ = method.step(state, Batch(x[None], y[None], torch.tensor([N])), torch.stack(eps)[None])
-        assert torch.allclose(state["hess"][0], opt.param_groups[0]["hess"], rtol=1e-10, atol=0)
-        assert torch.allclose(state["mean"][0], theta.detach(), rtol=1e-10, atol=1e-14)
-        assert not torch.allclose(state["mean"][0], mean_before)
+        assert torch.allclose(state.hess[0], opt.param_groups[0]["hess"], rtol=1e-10, atol=0)
+        assert torch.allclose(state.mean[0], theta.detach(), rtol=1e-10, atol=1e-14)
+        assert not torch.allclose(state.mean[0], mean_before)
