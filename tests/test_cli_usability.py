@@ -181,6 +181,17 @@ def test_the_estimate_of_a_long_training_is_said_only_when_long():
     assert eta_notice(0.0, 0, 10**9) is None
 
 
+def test_the_estimate_of_a_compiled_run_leaves_out_its_first_epoch(monkeypatch, capsys):
+    """A compiled step compiles during the first epoch (5-60 s): the pace is that of the epochs after it."""
+    from bnnbench.run import engine
+    clock = iter([0.0, 60.0, 61.0, 62.0])   # the first epoch 60 s (compiling), then 1 s each
+    monkeypatch.setattr(engine.time, "perf_counter", lambda: next(clock))
+    eta = engine.EtaNotice(True, skip_first=True)
+    for done in range(1, 4):
+        eta.epoch_done(done, 1000 - done)
+    assert capsys.readouterr().out.startswith("estimated 17 min for the final training: 997 more epochs at 1 s each")
+
+
 @needs_mirror
 def test_a_run_prints_its_estimate_once_after_the_first_epochs(data_env, tmp_path, monkeypatch, capsys):
     import bnnbench.run.engine as engine

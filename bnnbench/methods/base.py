@@ -131,6 +131,12 @@ class Method:
         """One update from the draws ``noise``; ``lr_scale`` multiplies the step sizes (the engine's schedule)."""
         raise NotImplementedError
 
+    def compiled_step(self, compile):
+        """``step`` through ``compile`` (``torch.compile`` with the run's options: ``bnnbench.run.compiled``), for a
+        ``compilable`` method: the whole step by default; a method whose step reads a tensor on the host between its
+        parts (HMC's transition count) compiles its pure part and returns a step that calls it."""
+        return compile(self.step)
+
     def update(self, state: State, batch: Batch, generator: torch.Generator,
                lr_scale: float = 1.0) -> tuple[State, dict]:
         if self.needs_autograd:

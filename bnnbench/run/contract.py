@@ -179,7 +179,7 @@ def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings:
                 continue
             both = torch.isnan(c) & torch.isnan(v)   # unfilled entries (NaN) must be NaN in both
             d, v = torch.where(both, 0, c - v), torch.where(both, 0, v)
-            err = float(d.abs().max() / v.abs().max().clamp_min(torch.finfo(dtype).tiny)) if v.numel() else 0.0
+            err = float(d.abs().max() / v.abs().max().clamp_min(torch.finfo(v.dtype).tiny)) if v.numel() else 0.0
             if not err <= rtol:
                 worst[key] = err
         if worst:

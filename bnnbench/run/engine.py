@@ -54,15 +54,19 @@ def _duration(seconds: float) -> str:
 
 class EtaNotice:
     """Prints ``eta_notice`` once, after the first epochs of a training (``ETA_AFTER_EPOCHS`` or ``ETA_AFTER_S``),
-    when ``enabled``: a long final training says so before it goes on."""
+    when ``enabled``: a long final training says so before it goes on. With ``skip_first`` (a compiled step: its
+    first epoch compiles it, 5-60 s) the pace is measured from the second epoch on."""
 
-    def __init__(self, enabled: bool):
-        self.pending, self.t0 = enabled, time.perf_counter()
+    def __init__(self, enabled: bool, skip_first: bool = False):
+        self.pending, self.t0, self.skip, self.base = enabled, time.perf_counter(), skip_first, 0
 
     def epoch_done(self, done: int, left: int) -> None:
         if not self.pending:
             return
-        elapsed = time.perf_counter() - self.t0
+        if self.skip:
+            self.skip, self.t0, self.base = False, time.perf_counter(), done
+            return
+        elapsed, done = time.perf_counter() - self.t0, done - self.base
         if done < ETA_AFTER_EPOCHS and elapsed < ETA_AFTER_S and left > 0:
             return
         self.pending = False
@@ -319,8 +323,8 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     bar = tqdm(range(start, epochs), desc=desc or method.name, disable=None if progress else True, leave=False,
                initial=start, total=epochs)
     lr_scale = 1.0
-    eta = EtaNotice(announce_eta)
     update = compiled_update(method) if compile else method.update
+    eta = EtaNotice(announce_eta, skip_first=update != method.update)   # a bound method: == compares its function
     for epoch in bar:
         if lr_drop and epoch >= float(lr_drop["at"]) * epochs:
             lr_scale = float(lr_drop["factor"])

@@ -161,7 +161,7 @@ def test_dual_averaging_reaches_the_target_acceptance(target):
                  da_gamma=gamma, da_t0=t0, adapt_mass=False)
     c = torch.tensor([[0.1, 1.0, 50.0]], dtype=DT)
 
-    def leapfrog(state, q, p, grad, eps, steps, batch, mask, inv_mass):
+    def leapfrog(state, q, p, grad, eps, steps, batch, mask, inv_mass, n_max=None):
         U = method.potential(state, q, batch, mask)[0]
         scale = (1 + 2 * c * eps[..., 0] ** 2 / (inv_mass * p * p).sum(-1)).sqrt()
         return q, p * scale.unsqueeze(-1), U

@@ -8,11 +8,13 @@ from importlib.metadata import EntryPoint
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from bnnbench import methods
 from bnnbench.cli import main
+from bnnbench.core.models import MLP
 from bnnbench.run.contract import check_compiled, check_method
-from bnnbench.methods import MAP, BUILT_IN, METHODS, PluginError, plugin_methods
+from bnnbench.methods import MAP, BUILT_IN, METHODS, Batch, PluginError, plugin_methods
 from bnnbench.methods.point.map import MAPConfig
 
 
@@ -172,13 +174,27 @@ COMPILED_VARIANTS = [
     ("bbb", {"learn_noise": True, "noise_prior_shape": 6.0, "noise_prior_rate": 6.0, "noise_lr": 0.001}),
     ("vogn", {"curvature": "ggn", "train_samples": 2}),
     ("noisy_adam", {"learn_noise": False, "kl_clip": 1e-3}),
+    # HMC's compiled proposal runs L_max masked steps where eager stops at the longest chain's L
+    ("hmc", {"learn_noise": True, "leapfrog_jitter": 0.5, "warmup": 2, "noise_prior_shape": 6.0,
+             "noise_prior_rate": 6.0}),
 ]
 
 
+# HMC in float32: its positions agree (below), but the warm-up's dual averaging reads alpha = exp(H - H'), a difference
+# of energies of order 10-100 whose float32 rounding (eager's as much as the compiled step's) moves alpha, and so H_bar
+# and log eps, by 1-4e-5 relative: above the 1e-5 tolerance, which stays; in float64 all agree to 1e-13
+HMC_FLOAT32 = pytest.mark.xfail(strict=True, reason="HMC's accept statistics amplify float32 rounding (see above)")
+
+
+def _compiled_cases():
+    for name, settings in [(n, {}) for n in sorted(BUILT_IN)] + COMPILED_VARIANTS:
+        for dtype, label in ((torch.float32, "float32"), (torch.float64, "float64")):
+            marks = [HMC_FLOAT32] if name == "hmc" and dtype == torch.float32 else []
+            yield pytest.param(name, settings, dtype, marks=marks, id=f"{'-'.join([name, *settings])}-{label}")
+
+
 @pytest.mark.slow   # each compilation takes 5-50 s in a fresh inductor cache
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
-@pytest.mark.parametrize("name, settings", [(n, {}) for n in sorted(BUILT_IN)] + COMPILED_VARIANTS,
-                         ids=[n for n in sorted(BUILT_IN)] + [f"{n}-{'-'.join(s)}" for n, s in COMPILED_VARIANTS])
+@pytest.mark.parametrize("name, settings, dtype", list(_compiled_cases()))
 def test_a_compiled_step_equals_the_eager_step(name, settings, dtype):
     """The ``compile`` setting: for every registered method, its compiled step equals its eager step to float rounding
     (1e-5 relative in float32, 1e-12 in float64) from the same state, minibatch and noise (a method that is not
@@ -186,9 +202,37 @@ def test_a_compiled_step_equals_the_eager_step(name, settings, dtype):
     assert check_compiled(name, dtype, settings=settings) is None
 
 
+@pytest.mark.slow
+def test_hmc_compiled_in_float32_moves_the_chains_as_eager_and_accepts_alike():
+    """HMC's compiled proposal in float32: after each of three transitions (warm-up, jittered L, learned noise) the
+    chains' positions equal the eager step's to 1e-5 relative and every chain's accept decision is the same."""
+    from bnnbench.run.compiled import compiled_step
+    from bnnbench.run.contract import _problem
+    g = torch.Generator().manual_seed(0)
+    model = MLP([4, 6, 1])
+    cfg = OmegaConf.merge(OmegaConf.structured(METHODS["hmc"].Config), dict(COMPILED_VARIANTS[-1][1]))
+    method = METHODS["hmc"](cfg, model, "gaussian")
+    state = method.init(_problem("gaussian", model, g, torch.float32), g)
+    x = torch.randn(3, int(state.n_data.max()), 4, generator=g)
+    batch = Batch(x, torch.randn(3, x.shape[1], generator=g), state.n_data)
+    step = compiled_step(method)
+    with torch.inference_mode():
+        for _ in range(3):
+            noise = method.noise(state, batch, g)
+            eager, _ = method.step(state, batch, noise)
+            comp, _ = step(state, batch, noise)
+            for q in ("theta", "log_tau"):
+                e, c = getattr(eager, q), getattr(comp, q)
+                assert float((e - c).abs().max() / e.abs().max()) < 1e-5, q
+            moved_e, moved_c = (eager.theta != state.theta).any(-1), (comp.theta != state.theta).any(-1)
+            assert torch.equal(moved_e, moved_c)
+            state = eager
+
+
 def test_the_compilable_methods_are_the_measured_ones():
     """``compilable`` is declared where the step compiles whole (checked above; measured 1.3-2x faster for BBB, VOGN,
     Vadam, noisy Adam and MC dropout by bench/compile_step.py) and inherited by their variants (Vprop, the MATLAB
-    Vadam, SGD); SLANG, noisy K-FAC and HMC are not (bnnbench/run/compiled.py says why)."""
+    Vadam, SGD), and for HMC, whose proposal compiles whole (bench/hmc_numpyro.py); SLANG and noisy K-FAC are not
+    (bnnbench/run/compiled.py says why)."""
     assert {n for n in BUILT_IN if METHODS[n].compilable} == {"bbb", "vogn", "vadam", "vprop", "vadam_matlab",
-                                                             "noisy_adam", "map", "sgd", "mc_dropout"}
+                                                             "noisy_adam", "map", "sgd", "mc_dropout", "hmc"}

@@ -129,6 +129,7 @@ class HMC(Method):
     Config = HMCConfig
     full_batch = True
     needs_autograd = False
+    compilable = True  # its proposal (bench/hmc_numpyro.py: the trajectory compiled whole)
 
     def __init__(self, cfg, model, likelihood: str):
         super().__init__(cfg, model, likelihood)
@@ -207,14 +208,20 @@ class HMC(Method):
             torch.full((R, C), L, device=q.device)
         return p, log_u, steps
 
-    def leapfrog(self, state, q, p, grad, eps, steps, batch, mask, inv_mass):
+    def leapfrog(self, state, q, p, grad, eps, steps, batch, mask, inv_mass, n_max: int | None = None):
         """L = ``steps`` leapfrog steps of size ``eps`` ``[R, C, 1]`` per chain from (q, p) with grad U(q) = ``grad``
         and the kinetic energy p^T M^-1 p / 2, M^-1 = diag(``inv_mass`` ``[R, 1, D]``); chains with fewer steps than
-        the longest stay where they stopped. Returns (q, p, U(q))."""
+        the longest stay where they stopped. Returns (q, p, U(q)). Eager, the loop runs to the longest chain's L
+        (read from ``steps``); compiled (``n_max`` given: the largest L), it runs ``n_max`` times without reading a
+        tensor, masked unless no chain can stop early: the same numbers, a chain that stopped keeps its (q, p) and
+        the last U is the potential at the final q either way."""
         p = p - (0.5 * eps) * grad
         U = None
-        n_max = int(steps.max())
-        uniform = int(steps.min()) == n_max     # every chain takes all steps: no masks
+        if n_max is None:
+            n_max = int(steps.max())
+            uniform = int(steps.min()) == n_max     # every chain takes all steps: no masks
+        else:
+            uniform = self.cfg.leapfrog_jitter == 0
         eps_m = eps * inv_mass
         for l in range(n_max):
             if uniform:
@@ -230,24 +237,40 @@ class HMC(Method):
                 p = torch.where(active, p - coef * grad, p)
         return q, p, U
 
-    def step(self, state, batch, noise, lr_scale=1.0):
-        z, log_u, steps = noise
-        cfg = self.cfg
-        mask = full_batch(batch)
+    def propose(self, state, z, log_u, steps, log_eps, batch, mask, n_max: int | None = None):
+        """One transition's proposal and accept test for every chain: p = M^1/2 ``z``, the leapfrog trajectory of
+        step exp(``log_eps``), alpha = min(1, exp(H(q, p) - H(q', p'))), accepted where log u < log alpha. Returns
+        the new position ``[R, C, D]``, its U ``[R, C]`` and alpha. A pure function of tensors (``mask``: the
+        batch's ``full_batch`` rows; ``n_max``: see ``leapfrog``), so the ``compile`` setting compiles it whole
+        (``compiled_step``)."""
         q0 = self.position(state)
         inv_mass = state.inv_mass.unsqueeze(1)                                        # [R, 1, D]
         p0 = z * inv_mass.rsqrt()                                                     # p ~ N(0, M)
         U0, g0 = self.potential(state, q0, batch, mask)
-        n = int(state.t[0])           # transitions so far: the replicas move in lock step
-        warm = n < cfg.warmup
-        log_eps = state.log_eps if warm else state.log_eps_bar
-        q1, p1, U1 = self.leapfrog(state, q0, p0, g0, log_eps.exp().unsqueeze(-1), steps, batch, mask, inv_mass)
+        q1, p1, U1 = self.leapfrog(state, q0, p0, g0, log_eps.exp().unsqueeze(-1), steps, batch, mask, inv_mass,
+                                   n_max)
         dH = (U0 + 0.5 * (inv_mass * p0 * p0).sum(-1)) - (U1 + 0.5 * (inv_mass * p1 * p1).sum(-1))
         log_alpha = torch.nan_to_num(dH, nan=-math.inf).clamp(max=0.0)               # a non-finite H: rejected
         alpha = log_alpha.exp()
         accept = log_u < log_alpha
-        q = torch.where(accept.unsqueeze(-1), q1, q0)
-        U = torch.where(accept, U1, U0)
+        return torch.where(accept.unsqueeze(-1), q1, q0), torch.where(accept, U1, U0), alpha
+
+    def compiled_step(self, compile):
+        """``step`` with its proposal (``propose``: the whole leapfrog trajectory, L_max steps) compiled by
+        ``compile``; the warm-up's adaptation and the kept draws, which read the transition count, stay eager."""
+        propose = compile(lambda *args: self.propose(*args, n_max=self.cfg.leapfrog_steps))
+
+        def step(state, batch, noise, lr_scale=1.0):
+            return self.step(state, batch, noise, lr_scale, propose=propose)
+        return step
+
+    def step(self, state, batch, noise, lr_scale=1.0, propose=None):
+        z, log_u, steps = noise
+        cfg = self.cfg
+        n = int(state.t[0])           # transitions so far: the replicas move in lock step
+        warm = n < cfg.warmup
+        log_eps = state.log_eps if warm else state.log_eps_bar
+        q, U, alpha = (propose or self.propose)(state, z, log_u, steps, log_eps, batch, full_batch(batch))
 
         P = self.model.n_params
         new = {"theta": q[..., :P], "t": state.t + 1}
