@@ -112,11 +112,16 @@ class Kronecker(Node):
         S = torch.baddbmm(self.S, d.transpose(1, 2), d, beta=1 - beta, alpha=beta / (n_samples * n_ex))
         return dataclasses.replace(self, A=A, S=S), (a1, shared, d)
 
-    def with_root(self, gamma: torch.Tensor, scale: torch.Tensor) -> Kronecker:
-        """The square roots of ``scale^2`` [A^gamma]^-1 and [S^gamma]^-1: C = chol(X)^-T (unique), ``scale [R, 1, 1]``
-        multiplying C_A."""
+    def roots(self, gamma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """C_A, C_S with C C^T = X^-1 for X = A^gamma, S^gamma: C = chol(X)^-T (unique; ``inv_chol_t``)."""
         A, S, floor_A, floor_S = self.damped(gamma)
-        return dataclasses.replace(self, cA=inv_chol_t(A, floor_A) * scale, cS=inv_chol_t(S, floor_S))
+        return inv_chol_t(A, floor_A), inv_chol_t(S, floor_S)
+
+    def with_root(self, gamma: torch.Tensor, scale: torch.Tensor) -> Kronecker:
+        """The square roots of ``scale^2`` [A^gamma]^-1 and [S^gamma]^-1 (``roots``), ``scale [R, 1, 1]`` multiplying
+        C_A."""
+        cA, cS = self.roots(gamma)
+        return dataclasses.replace(self, cA=cA * scale, cS=cS)
 
     def with_inverse(self, gamma: torch.Tensor) -> Kronecker:
         """The damped inverses [A^gamma]^-1, [S^gamma]^-1."""

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bnnbench.methods.kfac.kronecker import Kronecker, inv_chol_t, kron_times
+from bnnbench.methods.kfac.kronecker import Kronecker, kron_times
 from bnnbench.methods.kfac.noisy import KFACState, NoisyKFAC, NoisyKFACConfig
 from bnnbench.methods.state import Node, state_class
 
@@ -146,10 +146,7 @@ class NoisyKFACBlkTri(NoisyKFAC):
     def _factorise(self, state, gamma: torch.Tensor) -> tuple[ChainLink, ...]:
         """The ``ChainLink`` of every layer for F^(gamma)^-1 = Xi^T Lambda Xi."""
         L = len(self.model.slices)
-        roots = []
-        for layer in state.layers:
-            A, S, floor_A, floor_S = layer.damped(gamma)
-            roots.append((inv_chol_t(A, floor_A), inv_chol_t(S, floor_S)))
+        roots = [layer.roots(gamma) for layer in state.layers]
         links = []
         for l, (cA, cS) in enumerate(roots):
             if l == L - 1:
