@@ -154,6 +154,21 @@ QUEUE: list[Entry] = [
         gpu_how="about 120 steps of at most 30 ms and 15-30 s of CUDA start-up and warm-up",
         resumable=False,
     ),
+    Entry(
+        name="bench_cuda_graphs",
+        what="GPU timing: Adam's and BBB's MNIST steps as compile=true steps them on a GPU, CUDA graphs (issue 31, "
+             "section 3; bench/mnist_epoch.py --compile, beside the eager rows)",
+        argv=("python", "bench/mnist_epoch.py", "--device", "cuda", "--ranks", "1", "--steps", "20", "--compile"),
+        tiny=("python", "bench/mnist_epoch.py", "--device", "cpu", "--ranks", "1", "--steps", "1", "--compile"),
+        gpu_s=120,
+        cpu="70 s",
+        cpu_cost="about 70 s (the same command with --device cpu, 1 thread: two compilations of 15-30 s and the "
+                 "steps; compiled Adam 0.64x and BBB 0.81x their eager steps)",
+        cpu_measured="python bench/mnist_epoch.py --ranks 1 --steps 2 --compile (1 thread, 2026-11-27 08:25, the "
+                     "other core busy)",
+        gpu_how="bench_mnist_epoch's 30 s and two compilations with CUDA-graph capture (30-45 s each, not measured)",
+        resumable=False,
+    ),
     _slang(1),
     _slang(8),
     _slang(32),

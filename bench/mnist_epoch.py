@@ -6,10 +6,13 @@ the implied time of one epoch on 50k images (250 steps) and of the whole schedul
 one sample, measured in the same run (issue 5 asks for <= 5x at L = 32).
 
     python bench/mnist_epoch.py [--steps 5] [--device cpu] [--ranks 1,8,32] [--threads 1,2] [--json out.json]
+        [--compile]
 
 ``--threads`` times every row at each of these intra-op thread counts in turn (what ``threads=auto`` of a run was
 decided from: bnnbench/run/threads.py); without it, at torch's current count. ``--json`` also writes every row to a file
-(bench/gpu_queue.py prices SLANG Table 3's GPU cells from it).
+(bench/gpu_queue.py prices SLANG Table 3's GPU cells from it). ``--compile`` adds the rows of the methods whose step
+compiles (Adam, BBB) stepped as ``compile=true`` steps them: on a GPU as CUDA graphs (issue 31, section 3; the first
+steps compile, untimed).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ def main():
     ap.add_argument("--ranks", default="1,8,32")
     ap.add_argument("--threads", default="", help="comma list of intra-op thread counts (default: torch's current)")
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--compile", action="store_true", help="also Adam and BBB compiled (CUDA graphs on a GPU)")
     args = ap.parse_args()
     dev = device_of({"device": args.device})  # full float32 on CUDA, as the runs
     counts = [int(t) for t in args.threads.split(",")] if args.threads else [torch.get_num_threads()]
@@ -58,6 +62,18 @@ def main():
             out["rows"].append({"label": label, "method": name, "rank": over.get("rank"), "samples": 4, "threads": t,
                                 "ms_step": ms, "epoch_s": ms * STEPS_EPOCH / 1e3,
                                 "protocol_s": ms * STEPS_PROTOCOL / 1e3, "ratio_adam": ms / adam[t]})
+    if args.compile:
+        for label, name, samples in (("Adam (MAP), 1 sample", "map", 1), ("BBB, 4 samples", "bbb", 4)):
+            for t in counts:
+                torch.set_num_threads(t)
+                cfg = {**CFG[name], **({"train_samples": samples} if name == "bbb" else {})}
+                ms = time_steps(name, cfg, **{**mn, "steps": 4 * args.steps},
+                                warm=5, compile=True)
+                print(f"  {label + ' compiled':<24s} {t} thr {ms:8.1f} ms/step  epoch {ms * STEPS_EPOCH / 1e3:7.1f} s  "
+                      f"protocol {ms * STEPS_PROTOCOL / 3.6e6:6.1f} h  / eager Adam {ms / adam[t]:5.2f}x")
+                out["rows"].append({"label": f"{label} compiled", "method": name, "rank": None, "samples": samples,
+                                    "threads": t, "compile": True, "ms_step": ms, "epoch_s": ms * STEPS_EPOCH / 1e3,
+                                    "protocol_s": ms * STEPS_PROTOCOL / 1e3, "ratio_adam": ms / adam[t]})
     if args.json:
         write_json(args.json, out)
 

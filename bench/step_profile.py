@@ -40,7 +40,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
@@ -51,15 +50,9 @@ from bnnbench.run.engine import epoch_batches, make_batch
 from bnnbench.run.fit import FitOptions, program
 from bnnbench.run.protocol import resolve
 
-CASES = [  # label, method, protocol
-    ("BBB", "bbb", "slang_uci"),
-    ("VOGN", "vogn", "vadam_uci"),
-    ("Vadam", "vadam", "vadam_uci"),
-    ("SLANG L=1", "slang", "slang_uci"),
-    ("noisy Adam", "noisy_adam", "nng_uci"),
-    ("noisy K-FAC", "noisy_kfac", "nng_uci"),
-    ("MC dropout", "mc_dropout", "gal_uci"),
-]
+from step_ab import CASES as AB_CASES, cv_pairs  # bench/ is the script's folder, so it heads sys.path
+
+CASES = [c for c in AB_CASES if c[2] != "gi_uci"]   # label, method, protocol (App. G's families apart)
 
 
 class OpCount(TorchDispatchMode):
@@ -70,21 +63,6 @@ class OpCount(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.n += 1
         return func(*args, **(kwargs or {}))
-
-
-def cv_pairs(ds, R: int, folds: int = 5):
-    """``R`` (train, eval) row sets of Boston: the 20 splits (R <= 20) or each split's 5 CV folds (R = 100)."""
-    splits = [(s.train, s.test) for s in ds.splits]
-    if R <= len(splits):
-        return splits[:R]
-    rng = np.random.default_rng(123)
-    pairs = []
-    for train, _ in splits:
-        for chunk in np.array_split(rng.permutation(train), folds):
-            pairs.append((np.setdiff1d(train, chunk), np.sort(chunk)))
-    if len(pairs) < R:
-        raise ValueError(f"at most {len(pairs)} replicas")
-    return pairs[:R]
 
 
 class Case:

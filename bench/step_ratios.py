@@ -55,7 +55,9 @@ CFG = {
 }
 
 
-def time_steps(name, cfg, sizes, lik, R, M, steps, device, warm=3):
+def time_steps(name, cfg, sizes, lik, R, M, steps, device, warm=3, compile=False):
+    """ms per ``update`` of method ``name``; with ``compile`` as a run with ``compile=true`` steps (CUDA graphs on a
+    GPU: ``run.compiled.compiled_update``), its compilation in the warm-up."""
     torch.manual_seed(0)
     model = MLP(sizes)
     method = METHODS[name](OmegaConf.create(cfg), model, lik)
@@ -68,13 +70,17 @@ def time_steps(name, cfg, sizes, lik, R, M, steps, device, warm=3):
     x = torch.randn(R, M, sizes[0], device=device)
     y = torch.randint(0, sizes[-1], (R, M), device=device) if lik == "categorical" else torch.randn(R, M, device=device)
     batch = Batch(x, y, torch.full((R,), N, device=device))
+    update = method.update
+    if compile:
+        from bnnbench.run.compiled import compiled_update
+        update = compiled_update(method, device)
     for _ in range(warm):
-        state, _ = method.update(state, batch, g)
+        state, _ = update(state, batch, g)
     if device.type == "cuda":
         torch.cuda.synchronize()
     t = time.perf_counter()
     for _ in range(steps):
-        state, _ = method.update(state, batch, g)
+        state, _ = update(state, batch, g)
     if device.type == "cuda":
         torch.cuda.synchronize()
     return (time.perf_counter() - t) / steps * 1e3

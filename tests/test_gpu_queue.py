@@ -46,7 +46,8 @@ def test_dry_run_lists_every_entry_with_its_gpu_estimate(tmp_path, capsys):
     done = len(list((REPO / "results" / "runs" / "gi_mnist500").glob("*/mnist/record.json")))
     assert f"{16 - done} of 16" in row
     names = [e.name for e in gq.QUEUE]   # the benchmarks first (they price the rest), then Table 3 by rank
-    assert names[:5] == ["bench_step_ratios", "bench_mnist_epoch", "slang_L1", "slang_L8", "slang_L32"]
+    assert names[:6] == ["bench_step_ratios", "bench_mnist_epoch", "bench_cuda_graphs", "slang_L1", "slang_L8",
+                         "slang_L32"]
     assert all(e.argv[-1] != "device=cpu" and ("device=cuda" in e.argv or "cuda" in e.argv) for e in gq.QUEUE)
 
 

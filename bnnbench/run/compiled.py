@@ -14,17 +14,27 @@ one (the compile time counts in a run's wall time). Inductor keeps its compiled 
 in ``TORCHINDUCTOR_CACHE_DIR``, here under the data cache (``<cache>/inductor``) unless set.
 
 Only methods that declare ``compilable = True`` are compiled (their compiled step is checked against the eager one),
-and only on an MLP (a convolutional network's step is a few large kernels, untested compiled); for the others the
-setting changes nothing, and the resolved configuration records ``compile: false`` for them. A method whose step
-reads a tensor on the host between its parts compiles its pure part (``Method.compiled_step``): HMC compiles its
-proposal, the whole leapfrog trajectory of L_max steps with the accept test (``HMC.propose``; the warm-up's
-adaptation and the kept draws stay eager), 5.5x faster than eager at NNG Table 4's net, 1.35x NumPyro's transition
-(``bench/hmc_numpyro.py``); its chains move as the eager ones to float rounding and accept alike, though in float32 its
-step-size adaptation, which reads alpha = exp(H - H'), a difference of large energies, differs by 1-4e-5 relative
-(tests/run/test_contract.py). Not compilable at present: SLANG (its eigensolver calls LAPACK through scipy between
-the forward pass and the gradients: dynamo breaks the graph there and the gradients of the compiled forward pass
-fail), noisy K-FAC (the Cholesky fallback of ``inv_chol_t`` branches on data: 9 graphs, 1.1x), the inducing-point
+and only on an MLP, or on a GPU (a convolutional network's step is a few large kernels on a CPU; on a GPU its launches
+weigh); for the others the setting changes nothing, and the resolved configuration records ``compile: false`` for them.
+A method whose step reads a tensor on the host between its parts compiles its pure part (``Method.compiled_step``): HMC
+compiles its proposal, the whole leapfrog trajectory of L_max steps with the accept test (``HMC.propose``; the
+warm-up's adaptation and the kept draws stay eager), 5.5x faster than eager at NNG Table 4's net, 1.35x NumPyro's
+transition (``bench/hmc_numpyro.py``); its chains move as the eager ones to float rounding and accept alike, though in
+float32 its step-size adaptation, which reads alpha = exp(H - H'), a difference of large energies, differs by 1-4e-5
+relative (tests/run/test_contract.py). Not compilable at present: SLANG (its eigensolver calls LAPACK through scipy
+between the forward pass and the gradients: dynamo breaks the graph there and the gradients of the compiled forward
+pass fail), noisy K-FAC (the Cholesky fallback of ``inv_chol_t`` branches on data: 9 graphs, 1.1x), the inducing-point
 families, full Gaussian VI and PBP (not measured).
+
+On a GPU (``device=cuda``) the compiled step also runs as a CUDA graph (``torch.compile(mode="reduce-overhead")``,
+inductor's CUDA-graph trees): the small networks' steps are bound by kernel launches there (an MNIST Adam step takes
+2.0 ms on an H200, most of it launching), and a graph replays the step's hundreds of kernels in one launch. The engine
+passes each step's new state to the next and reads the step's statistics before the next step, so every update begins
+a new graph step (``torch.compiler.cudagraph_mark_step_begin``): the previous step's outputs may then be overwritten
+by the replay, which has already copied them into its inputs. Inductor leaves a graph that cannot be captured (a
+host synchronisation, a CPU tensor) running as plain compiled kernels and says so in its log; the numbers are the
+compiled step's either way. Not yet measured on a GPU (none was lent to the session that wrote it):
+``make gpu-queue``'s ``bench_cuda_graphs`` times it (results/README.md, Speed).
 """
 
 from __future__ import annotations
@@ -36,16 +46,25 @@ import torch
 
 from bnnbench.methods.base import Method
 from bnnbench.core.models import MLP
+from bnnbench.core.models.convnet import ConvNet
 
 # dynamo re-traces for each new shape or constant (the lr drop's lr_scale, a short last batch, float32 and float64);
 # past this many versions of one step it would silently fall back to eager
 _CACHE_SIZE_LIMIT = 64
 
 
-def compiles(method: Method | type[Method], setting: bool, conv: bool = False) -> bool:
-    """Whether a run with ``compile=setting`` compiles ``method``'s step: a ``compilable`` method's, on an MLP (not
-    on a convolutional network, ``conv``)."""
-    return bool(setting) and bool(getattr(method, "compilable", False)) and not conv
+def compile_mode(device: torch.device | str | None) -> str | None:
+    """``torch.compile``'s mode on ``device``: CUDA graphs on a GPU (``"reduce-overhead"``), the default elsewhere."""
+    return "reduce-overhead" if device is not None and torch.device(device).type == "cuda" else None
+
+
+def compiles(method: Method | type[Method], setting: bool, conv: bool = False,
+             device: torch.device | str | None = None) -> bool:
+    """Whether a run with ``compile=setting`` on ``device`` compiles ``method``'s step: a ``compilable`` method's, on
+    an MLP, or on a convolutional network (``conv``) on a GPU, where its launches weigh (on a CPU its step is a few
+    large kernels)."""
+    gpu = compile_mode(device) == "reduce-overhead"
+    return bool(setting) and bool(getattr(method, "compilable", False)) and (not conv or gpu)
 
 
 def _use_cache_dir() -> None:
@@ -54,25 +73,30 @@ def _use_cache_dir() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
 
 
-def compiled_step(method: Method):
-    """``method.step`` compiled: the same signature, the same results to float rounding."""
+def compiled_step(method: Method, device: torch.device | None = None):
+    """``method.step`` compiled: the same signature, the same results to float rounding; on a CUDA ``device`` the
+    compiled step runs as a CUDA graph (``compile_mode``), each call a new graph step."""
     _use_cache_dir()
     import torch._dynamo
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, _CACHE_SIZE_LIMIT)
-    fn = method.compiled_step(lambda f: torch.compile(f, dynamic=False))
+    mode = compile_mode(device)
+    fn = method.compiled_step(lambda f: torch.compile(f, dynamic=False, mode=mode))
 
     def step(state, batch, noise, lr_scale: float = 1.0):
+        if mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
         with torch._dynamo.config.patch(trace_autograd_ops=True):
             return fn(state, batch, noise, lr_scale)
     return step
 
 
-def compiled_update(method: Method):
-    """``method.update`` with its step compiled (``compiled_step``), or ``method.update`` itself for a method that
-    is not ``compilable``."""
-    if not compiles(method, True, conv=not isinstance(method.model, MLP)):
+def compiled_update(method: Method, device: torch.device | None = None):
+    """``method.update`` with its step compiled (``compiled_step``, as CUDA graphs on a CUDA ``device``), or
+    ``method.update`` itself for a method that is not ``compilable``."""
+    conv = isinstance(method.model, ConvNet) or not isinstance(method.model, MLP)   # a ConvNet is an MLP subclass
+    if not compiles(method, True, conv=conv, device=device):
         return method.update
-    step = compiled_step(method)
+    step = compiled_step(method, device)
 
     def update(state, batch, generator, lr_scale: float = 1.0):   # as Method.update
         with contextlib.nullcontext() if method.needs_autograd else torch.inference_mode():

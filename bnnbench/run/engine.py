@@ -323,7 +323,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     bar = tqdm(range(start, epochs), desc=desc or method.name, disable=None if progress else True, leave=False,
                initial=start, total=epochs)
     lr_scale = 1.0
-    update = compiled_update(method) if compile else method.update
+    update = compiled_update(method, data.x_train.device) if compile else method.update
     eta = EtaNotice(announce_eta, skip_first=update != method.update)   # a bound method: == compares its function
     for epoch in bar:
         if lr_drop and epoch >= float(lr_drop["at"]) * epochs:

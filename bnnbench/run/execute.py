@@ -109,8 +109,9 @@ def resolve_run(cfg: DictConfig, overrides: list[str], run_dir: Path | None = No
                 "seed": int(cfg.seed), "spec": spec.to_dict(), "splits": [s.name for s in splits],
                 "dtype": cfg.get("dtype", "float32"), "workers": cfg.get("workers"),
                 "threads": threads.choose(cfg.get("threads", "auto"), threads.network_params(spec, ds)),
-                # what the run does: a method that is not compilable (or a convolutional network) steps eagerly
-                "compile": compiles(method_class(cfg.method.name), cfg.get("compile", False), conv=bool(spec.conv))}
+                # what the run does: a method that is not compilable (or a convolutional network on a CPU) steps eagerly
+                "compile": compiles(method_class(cfg.method.name), cfg.get("compile", False), conv=bool(spec.conv),
+                                    device=str(cfg.get("device", "cpu")))}
     if run_dir is not None:
         resolved = threads.adopt_earlier(cfg.get("threads", "auto"), resolved, run_dir)
     return ds, spec, splits, resolved

@@ -1,0 +1,232 @@
+"""A/B of each UCI method's training step against an older commit's code, in one run (issue 31, section 2).
+
+Issue 31's targets are ratios against the code of 5c21305 (before the ``compile`` setting and the later speed work):
+the step of a selection round of BBB, VOGN, Vadam, SLANG L = 1, noisy Adam, noisy K-FAC, MC dropout and App. G's
+factorised and global-inducing families at least 2.5x faster, one thread. This script times both codes' steps on the
+same core in the same minutes: it checks the old commit out into a git worktree (``--base``, once; kept under the
+system's temporary folder) and starts one child process per code, each importing its own ``bnnbench`` (the old tree on
+``PYTHONPATH``; module paths of either layout) and building the same cases: Boston, each method at the protocol that
+selects or trains it (``bench/step_profile.py``'s table; App. G's families at ``gi_uci``), R = 100 replicas (a
+Bayesian-optimisation round: 20 splits x 5 folds) and R = 20 (a final run), float32, the engine's own minibatches and
+``update`` (draws included), one intra-op thread each. The parent then asks the children for timings in turns
+(old, new, old, new, ... a configuration at a time), so a change of load on this shared machine hits both alike, and
+prints medians and the ratio old / new.
+
+The new side runs each step as a run of this code with ``compile=true`` would (``run.compiled.compiled_update``: the
+whole step compiled for a ``compilable`` method, eagerly otherwise), and, with ``--eager``, also as ``compile=false``.
+The compilation is done before the clock starts (it is reported once: it counts in a run's wall time, see
+``bench/suite_cost.py``).
+
+    PYTHONPATH=. taskset -c 0 python bench/step_ab.py [--base 5c21305] [--methods bbb,vogn] [--replicas 100,20]
+        [--rounds 7] [--eager]
+
+Needs the data mirror (``BNNBENCH_MIRROR``) and git.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CASES = [  # label, method, protocol
+    ("BBB", "bbb", "slang_uci"),
+    ("VOGN", "vogn", "vadam_uci"),
+    ("Vadam", "vadam", "vadam_uci"),
+    ("SLANG L=1", "slang", "slang_uci"),
+    ("noisy Adam", "noisy_adam", "nng_uci"),
+    ("noisy K-FAC", "noisy_kfac", "nng_uci"),
+    ("MC dropout", "mc_dropout", "gal_uci"),
+    ("App. G fac", "fac", "gi_uci"),
+    ("App. G gi", "gi", "gi_uci"),
+]
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ----------------------------------------------------------------------------------------------------- child side
+
+def _api():
+    """The functions a case needs, from either package layout (the layered one since 9ce139e, the flat one before).
+
+    The layout is read from the tree, not by trying imports: an editable install's import hook would find the new
+    tree's ``bnnbench.core`` for an old tree that lacks it."""
+    import bnnbench
+    if (Path(bnnbench.__file__).parent / "core").is_dir():
+        from bnnbench.core.data import load_dataset
+        from bnnbench.run.config import CommandLine, compose
+        from bnnbench.run.engine import epoch_batches, make_batch
+        from bnnbench.run.fit import FitOptions, program
+        from bnnbench.run.protocol import resolve
+    else:
+        from bnnbench.config import CommandLine, compose
+        from bnnbench.data import load_dataset
+        from bnnbench.engine import epoch_batches, make_batch
+        from bnnbench.fit import FitOptions, program
+        from bnnbench.protocol import resolve
+    return load_dataset, CommandLine, compose, epoch_batches, make_batch, FitOptions, program, resolve
+
+
+def cv_pairs(ds, R: int, folds: int = 5):
+    """``R`` (train, eval) row sets of a UCI set: the 20 splits (R <= 20) or each split's 5 CV folds (R = 100)."""
+    import numpy as np
+    splits = [(s.train, s.test) for s in ds.splits]
+    if R <= len(splits):
+        return splits[:R]
+    rng = np.random.default_rng(123)
+    pairs = []
+    for train, _ in splits:
+        for chunk in np.array_split(rng.permutation(train), folds):
+            pairs.append((np.setdiff1d(train, chunk), np.sort(chunk)))
+    if len(pairs) < R:
+        raise ValueError(f"at most {len(pairs)} replicas")
+    return pairs[:R]
+
+
+class Stepper:
+    """One case of one code: its method, state, minibatches and update (eager or compiled)."""
+
+    def __init__(self, name, proto, R, compiled: bool):
+        import torch
+        load_dataset, CommandLine, compose, epoch_batches, make_batch, FitOptions, program, resolve = _api()
+        ds = load_dataset("uci/boston")
+        ov = [f"method={name}", "data=uci/boston", f"protocol={proto}"] + (["hpo=grid"] if proto == "gal_uci" else [])
+        spec = resolve(compose(ov), CommandLine.parse(ov), meta=ds.meta)
+        pairs = cv_pairs(ds, R)
+        hp = [dict(spec.fixed)] * R
+        opts = FitOptions(device=torch.device("cpu"), dtype=torch.float32)
+        self.method, data, problem = program(spec, ds, pairs, list(range(R)), hp, opts)
+        self.g = torch.Generator().manual_seed(0)
+        self.state = self.method.init(problem, self.g)
+        self.batches = [make_batch(data, rows) for rows in epoch_batches(data, spec.batch_size, self.g)]
+        self.update = self.method.update
+        self.compiled = False
+        t = time.perf_counter()
+        if compiled:
+            from bnnbench.run.compiled import compiled_update
+            self.update = compiled_update(self.method)
+            self.compiled = self.update != self.method.update
+        self.k = 0
+        self.step()
+        self.step()
+        self.compile_s = time.perf_counter() - t if self.compiled else 0.0
+
+    def step(self):
+        self.state, _ = self.update(self.state, self.batches[self.k % len(self.batches)], self.g)
+        self.k += 1
+
+    def time_ms(self, n: int) -> float:
+        t = time.perf_counter()
+        for _ in range(n):
+            self.step()
+        return (time.perf_counter() - t) / n * 1e3
+
+
+def child(args):
+    """Build the cases, say so on stdout, then answer ``index n`` lines with the ms per step of ``n`` steps."""
+    import importlib.metadata
+    import torch
+    entry_points = importlib.metadata.entry_points
+    # plugin methods installed in this environment are built for this tree's interface, not the old one's
+    importlib.metadata.entry_points = lambda **kw: [] if kw.get("group") == "bnnbench.methods" else entry_points(**kw)
+    # an editable install's hook would resolve modules the old tree lacks to this tree's
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__name__.lower()]
+    torch.set_num_threads(1)
+    keys = json.loads(args.cases)
+    steppers = []
+    for name, proto, R, compiled in keys:
+        s = Stepper(name, proto, R, compiled)
+        steppers.append(s)
+        print(json.dumps({"built": len(steppers) - 1, "compiled": s.compiled, "compile_s": s.compile_s,
+                          "ms": s.time_ms(2)}), flush=True)
+    for line in sys.stdin:
+        i, n = map(int, line.split())
+        print(json.dumps({"ms": steppers[i].time_ms(n)}), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------- parent side
+
+def worktree(base: str) -> Path:
+    """The old commit checked out (once) into a detached worktree under the temporary folder."""
+    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", base], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    path = Path(tempfile.gettempdir()) / f"bnnbench_ab_{sha[:12]}"
+    if not (path / "bnnbench").is_dir():
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "-f", "--detach", str(path), sha], check=True,
+                       capture_output=True)
+    return path
+
+
+class Child:
+    def __init__(self, tree: Path, keys):
+        env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        self.p = subprocess.Popen([sys.executable, __file__, "--child", "--cases", json.dumps(keys)], env=env,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(tree))
+        self.built = [json.loads(self.p.stdout.readline()) for _ in keys]
+
+    def ms(self, i: int, n: int) -> float:
+        self.p.stdin.write(f"{i} {n}\n")
+        self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline())["ms"]
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--cases", help=argparse.SUPPRESS)
+    ap.add_argument("--base", default="5c21305", help="the old code's commit (default: issue 31's 5c21305)")
+    ap.add_argument("--methods", help="comma-separated method names (default: all nine cases)")
+    ap.add_argument("--replicas", default="100,20")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--target-ms", type=float, default=200.0, help="time per configuration and round")
+    ap.add_argument("--eager", action="store_true", help="also time the new code's eager step")
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+    chosen = set(args.methods.split(",")) if args.methods else None
+    cases = [(label, name, proto, int(R)) for label, name, proto in CASES if chosen is None or name in chosen
+             for R in args.replicas.split(",")]
+    base_tree = worktree(args.base)
+    sides = {"old": Child(base_tree, [(n, p, R, False) for _, n, p, R in cases]),
+             "new": Child(REPO, [(n, p, R, True) for _, n, p, R in cases])}
+    if args.eager:
+        sides["new eager"] = Child(REPO, [(n, p, R, False) for _, n, p, R in cases])
+    inner = [max(2, int(args.target_ms / max(0.05, sides["old"].built[i]["ms"]))) for i in range(len(cases))]
+    times = {k: [[] for _ in cases] for k in sides}
+    for _ in range(args.rounds):
+        for i in range(len(cases)):
+            for k, c in sides.items():
+                times[k][i].append(c.ms(i, inner[i]))
+    for c in sides.values():
+        c.close()
+    med = {k: [statistics.median(v) for v in t] for k, t in times.items()}
+    print(f"Boston, float32, 1 thread; medians of {args.rounds} interleaved rounds; old = {args.base} "
+          f"({base_tree}), new = this tree ({'compile=true' + (', and eager' if args.eager else '')})")
+    hdr = f"{'method':<12s} {'protocol':<10s} {'R':>4s} {'old ms':>8s} {'new ms':>8s} {'old/new':>8s}"
+    if args.eager:
+        hdr += f" {'eager ms':>9s} {'old/eager':>9s}"
+    hdr += f" {'compiled':>9s} {'compile s':>9s}"
+    print(hdr)
+    print("-" * len(hdr))
+    for i, (label, _, proto, R) in enumerate(cases):
+        o, n = med["old"][i], med["new"][i]
+        line = f"{label:<12s} {proto:<10s} {R:4d} {o:8.2f} {n:8.2f} {o / n:7.2f}x"
+        if args.eager:
+            e = med["new eager"][i]
+            line += f" {e:9.2f} {o / e:8.2f}x"
+        b = sides["new"].built[i]
+        line += f" {'yes' if b['compiled'] else 'no':>9s} {b['compile_s']:9.1f}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
