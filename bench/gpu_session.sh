@@ -41,6 +41,10 @@ check)
     } 2>&1 | tee "$OUT/env.txt"
     (cd /tmp && PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 timeout 150 python3 -m pytest "$REPO/tests/test_cuda.py" \
         --rootdir "$REPO" -c "$REPO/pyproject.toml" -p no:cacheprovider -q -rfE --durations=5 2>&1) | tee "$OUT/tests.txt"
+    # compile=true's CUDA graphs against eager steps (slow tests: a compilation each), BBB and SGD on both networks
+    (cd /tmp && PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 timeout 150 python3 -m pytest "$REPO/tests/test_cuda.py" -m slow \
+        -k "follow_the_eager_steps and (bbb or sgd)" --rootdir "$REPO" -c "$REPO/pyproject.toml" -p no:cacheprovider \
+        -q -rfE 2>&1) | tee -a "$OUT/tests.txt"
     {
         cd bench
         timeout 70 python3 gi_step_ratios.py --device cuda --rounds 5 --steps 5 --threads 4
