@@ -99,10 +99,13 @@ class Method:
     # True where the method runs on a convolutional network (``models/convnet.py``: the MLP's flat layout, the
     # positions of a convolution as extra rows of its ``forward_cache``); the others are refused on one
     conv = False
-    # True where ``step`` compiles whole with ``torch.compile`` to the eager step's numbers up to float rounding
-    # (``bnnbench.run.compiled``, the run's ``compile`` setting; tests/run/test_contract.py checks it): one graph, no
-    # data-dependent branch or host library call between its forward pass and its gradients
+    # True where ``step`` (or what ``compiled_step`` compiles) compiles with ``torch.compile`` to the eager step's
+    # numbers up to float rounding (``bnnbench.run.compiled``, the run's ``compile`` setting; tests/run/test_contract.py
+    # checks it): no data-dependent branch, and a host library call only in a function the compiler is told to skip
     compilable = False
+    # state fields whose columns are eigenvectors, defined up to sign (SLANG's U): compared through F F^T wherever two
+    # computations of one state are compared (a compiled step against the eager one)
+    sign_free = ()
     # optional ``diagnostics(state, data: engine.ReplicaData) -> dict``: what the method reports about its final
     # state (HMC: acceptance, R-hat, ESS), stored under the record's "diagnostics"
     diagnostics = None

@@ -21,10 +21,12 @@ compiles its proposal, the whole leapfrog trajectory of L_max steps with the acc
 warm-up's adaptation and the kept draws stay eager), 5.5x faster than eager at NNG Table 4's net, 1.35x NumPyro's
 transition (``bench/hmc_numpyro.py``); its chains move as the eager ones to float rounding and accept alike, though in
 float32 its step-size adaptation, which reads alpha = exp(H - H'), a difference of large energies, differs by 1-4e-5
-relative (tests/run/test_contract.py). Not compilable at present: SLANG (its eigensolver calls LAPACK through scipy
-between the forward pass and the gradients: dynamo breaks the graph there and the gradients of the compiled forward
-pass fail), noisy K-FAC (the Cholesky fallback of ``inv_chol_t`` branches on data: 9 graphs, 1.1x), the inducing-point
-families, full Gaussian VI and PBP (not measured).
+relative (tests/run/test_contract.py). SLANG compiles its step with the per-example gradients back-propagated in closed
+form (``SLANG.compiled_step``: autograd's graph would break at the eigensolver), the CPU's eigensolver (``top_eigh``:
+LAPACK through scipy, ``torch.compiler.disable``) eager between the compiled parts: 1.4x at R = 100, 1.8x at R = 20
+(``bench/step_ab.py``). Not compilable at present: noisy K-FAC (the Cholesky fallback of ``inv_chol_t`` branches on
+data; run eagerly inside the compiled step, its break inside the per-layer loop sends the step's frame eager: 1.08x,
+measured 2026-11-27, not enabled), the inducing-point families, full Gaussian VI and PBP (not measured).
 
 On a GPU (``device=cuda``) the compiled step also runs as a CUDA graph (``torch.compile(mode="reduce-overhead")``,
 inductor's CUDA-graph trees): the small networks' steps are bound by kernel launches there (an MNIST Adam step takes

@@ -134,7 +134,8 @@ COMPILED_RTOL = {torch.float32: 1e-5, torch.float64: 1e-12}
 
 def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings: dict | None = None) -> str | None:
     """None where ``name``'s compiled step (the ``compile`` setting: ``bnnbench.run.compiled``) equals its eager step to
-    float rounding (``COMPILED_RTOL`` of each new state tensor's largest entry; integer tensors exactly) from the same
+    float rounding (``COMPILED_RTOL`` of each new state tensor's largest entry, a ``sign_free`` factor F through
+    F F^T; integer tensors exactly) from the same
     state, minibatch and draws, at each of ``steps`` steps on the 4-6-1 problem of ``check_method``, with the method's
     default settings updated by ``settings``; else why. Also None for a method that is not ``compilable`` (the
     setting leaves its step eager) or is solved."""
@@ -173,6 +174,8 @@ def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings:
         comp = comp.tensors()
         for key, v in eager.tensors().items():
             c = comp[key]
+            if key in method.sign_free:   # eigenvector columns: equal up to sign, so compare F F^T
+                c, v = c @ c.transpose(-1, -2), v @ v.transpose(-1, -2)
             if not v.is_floating_point():
                 if not torch.equal(c, v):
                     worst[key] = float("inf")

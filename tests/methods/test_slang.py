@@ -143,3 +143,21 @@ def test_eigenpairs_are_kept_relative_to_the_largest_at_any_scale(eig, M):
     U = new.U[0]
     assert torch.allclose(torch.linalg.eigvalsh(U @ U.T).flip(0)[:L], e, rtol=1e-6)
     assert torch.allclose(new.mean[0], mean - 0.1 * step, rtol=1e-6, atol=0)
+
+
+@pytest.mark.slow   # a compilation per case (15-25 s)
+@pytest.mark.parametrize("settings", [{"eig": "randomized"}, {"eig": "nystrom"}, {"per_example": "materialised"},
+                                      {"rank": 3, "momentum": 0.0}])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_compiled_step_equals_the_eager_step_for_each_eigensolver(settings, dtype):
+    """``compile=true`` (SLANG.compiled_step: the per-example gradients in closed form, the CPU's LAPACK eigensolver
+    eager between the compiled parts): three steps equal the eager ones to float rounding (the contract's check,
+    U through U U^T: its columns are eigenvectors, signs free) on the randomised and Nystrom eigensolvers, with
+    materialised per-example gradients and at rank 3 (the default settings: tests/run/test_contract.py). Not at a
+    rank near the parameter count (30 of 37 on this net): d's clamp of (old diagonal - |U_new|^2), two nearly equal
+    numbers, then moves by 5e-5 relative in float32."""
+    from bnnbench.run.contract import check_compiled
+    try:
+        assert check_compiled("slang", dtype, settings=settings) is None
+    finally:
+        torch._dynamo.reset()

@@ -39,6 +39,7 @@ def _scipy_lapack():
     return lapack, ThreadpoolController()   # after scipy's BLAS is loaded, so that it controls it
 
 
+@torch.compiler.disable   # LAPACK through scipy: a compiled caller runs it eagerly between its compiled parts
 def top_eigh(A: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` largest eigenpairs of symmetric ``A [..., n, n]`` (its lower triangle is read), descending:
     ``(values [..., k], vectors [..., n, k])``. On the CPU, LAPACK's ``?syevr`` computes only these (MRRR on the
