@@ -395,3 +395,31 @@ def test_a_factor_not_positive_definite_even_clamped_gives_nan_not_an_exception(
     C = inv_chol_t(X, torch.tensor([1e-3, 1e-3], dtype=torch.float64))
     assert torch.isnan(C[0]).all()
     assert torch.allclose(C[1] @ C[1].T, torch.linalg.inv(X[1]))
+
+
+@pytest.mark.slow   # a compilation
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_compiled_factor_root_takes_the_fallback_as_the_eager_one_does(dtype):
+    """Compiled (``compile=true``), ``inv_chol_t`` is one graph (``fullgraph``: its fallback through ``torch.cond``,
+    not a branch on the host) and gives the eager C: for positive definite factors, indefinite ones (eigenvalues
+    clamped at the damping floor), a non-finite one and one not positive definite even clamped (NaN both)."""
+    from bnnbench.methods.kfac.kronecker import inv_chol_t
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(6, 4, 4, generator=g, dtype=torch.float64)
+    X = A @ A.transpose(1, 2) + 0.1 * torch.eye(4, dtype=torch.float64)           # positive definite
+    X[1] = X[1] - 3 * torch.eye(4, dtype=torch.float64) * torch.linalg.eigvalsh(X[1])[0].abs()   # indefinite
+    X[2, 0, 0] = float("nan")
+    X[3] = 1e307 if dtype == torch.float64 else 1e37                             # rank one, huge
+    X = X.to(dtype)
+    floor = torch.full((6,), 1e-2, dtype=dtype)
+    full = inv_chol_t(X, floor)
+    assert torch.isfinite(full[[0, 1, 4, 5]]).all() and torch.isnan(full[2]).all() and torch.isnan(full[3]).all()
+    compiled = torch.compile(inv_chol_t, fullgraph=True, dynamic=False)
+    try:
+        for batch in (X, X[[0, 4, 5]]):   # with and without a factor that needs the fallback
+            eager, comp = inv_chol_t(batch, floor[:len(batch)]), compiled(batch, floor[:len(batch)])
+            assert torch.equal(torch.isnan(comp), torch.isnan(eager))
+            ok = ~torch.isnan(eager)
+            assert torch.allclose(comp[ok], eager[ok], rtol=1e-5 if dtype == torch.float32 else 1e-12)
+    finally:
+        torch._dynamo.reset()

@@ -30,7 +30,7 @@ def _resolved(*overrides):
 
 
 @pytest.mark.parametrize("method, compiled", [("bbb", True), ("vogn", True), ("mc_dropout", True),
-                                              ("slang", True), ("noisy_kfac", False), ("hmc", True)])
+                                              ("slang", True), ("noisy_kfac", True), ("hmc", True)])
 def test_compile_resolves_to_what_the_run_does_and_is_hashed_only_when_on(method, compiled):
     off = _resolved(f"method={method}", "data=uci/yacht")
     on = _resolved(f"method={method}", "data=uci/yacht", "compile=true")

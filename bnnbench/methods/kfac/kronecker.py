@@ -31,7 +31,9 @@ def inv_chol_t(X: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
         return 1 / torch.sqrt(torch.where(X > 0, X, torch.where(torch.isfinite(X), floor[:, None, None], nan)))
     L, info = torch.linalg.cholesky_ex(X)
     bad = info != 0
-    if bad.any():
+    if torch.compiler.is_compiling():   # no branch on the outcome on the host: torch.cond keeps the step one graph
+        L = torch.cond(bad.any(), _clamped_chol, lambda X, floor, L, bad: L.clone(), (X, floor, L, bad))
+    elif bad.any():
         Xb = X[bad].double()
         ok = torch.isfinite(Xb).all(-1).all(-1)
         Lb = torch.full_like(Xb, float("nan"))
@@ -46,6 +48,20 @@ def inv_chol_t(X: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
     eye = torch.eye(X.shape[-1], dtype=X.dtype, device=X.device).expand_as(X)
     # C from C L^T = I (a solve from the right): 2x faster on a CPU than L C^T = I and a transpose
     return torch.linalg.solve_triangular(L.transpose(-1, -2), eye, upper=True, left=False)
+
+
+def _clamped_chol(X: torch.Tensor, floor: torch.Tensor, L: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
+    """``inv_chol_t``'s fallback for every replica at once, taken where ``bad`` (its eager branch takes the bad
+    replicas only; the same LAPACK calls per matrix): the Cholesky factor of X with its eigenvalues clamped at
+    ``floor`` in float64, NaN where X is not finite or even clamped not positive definite."""
+    Xd = X.double()
+    ok = torch.isfinite(Xd).all(-1).all(-1)
+    eye = torch.eye(X.shape[-1], dtype=Xd.dtype, device=X.device).expand_as(Xd)
+    e, V = torch.linalg.eigh(torch.where(ok[:, None, None], Xd, eye))
+    e = torch.maximum(e, floor.double()[:, None])
+    Lc, still = torch.linalg.cholesky_ex((V * e.unsqueeze(-2)) @ V.transpose(-1, -2))
+    Lc = torch.where((ok & (still == 0))[:, None, None], Lc, torch.full_like(Lc, float("nan")))
+    return torch.where(bad[:, None, None], Lc.to(X.dtype), L)
 
 
 def kron_times(cA: torch.Tensor, E: torch.Tensor, cS: torch.Tensor) -> torch.Tensor:

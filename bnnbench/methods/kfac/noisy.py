@@ -404,6 +404,7 @@ class NoisyKFAC(KroneckerFactored):
 
     name = "noisy_kfac"
     Config = NoisyKFACConfig
+    compilable = True   # bench/step_ab.py
 
     @property
     def _inverses_from_covariance(self) -> bool:
