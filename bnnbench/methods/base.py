@@ -134,6 +134,12 @@ class Method:
         """One update from the draws ``noise``; ``lr_scale`` multiplies the step sizes (the engine's schedule)."""
         raise NotImplementedError
 
+    @classmethod
+    def compiles_with(cls, cfg: MethodConfig) -> bool:
+        """Whether ``step`` compiles with the settings ``cfg`` (``Config.of``): ``compilable`` unless a method says
+        otherwise for some settings (the inducing-point families: on their MLP only)."""
+        return cls.compilable
+
     def compiled_step(self, compile):
         """``step`` through ``compile`` (``torch.compile`` with the run's options: ``bnnbench.run.compiled``), for a
         ``compilable`` method: the whole step by default; a method whose step reads a tensor on the host between its

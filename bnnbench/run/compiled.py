@@ -26,8 +26,9 @@ form (``SLANG.compiled_step``: autograd's graph would break at the eigensolver),
 LAPACK through scipy, ``torch.compiler.disable``) eager between the compiled parts: 1.4x at R = 100, 1.8x at R = 20
 (``bench/step_ab.py``). Noisy K-FAC compiles as one graph, its Cholesky fallback (``inv_chol_t``: eigenvalues clamped
 where a factor is not numerically positive definite) through ``torch.cond`` instead of a branch on the host: 1.1x at R
-= 100, 1.3x at R = 20. Not compilable at present: K-FAC (convolutional), the inducing-point families, full Gaussian VI
-and PBP (not measured).
+= 100, 1.3x at R = 20. The inducing-point families compile on their MLP (``InducingFamily.compiles_with``; App. G's
+setting: factorised 2.0-2.2x, global inducing 1.3-1.5x), not on their convolutional architectures (not tried). Not
+compilable at present: K-FAC (convolutional), full Gaussian VI and PBP (not measured).
 
 On a GPU (``device=cuda``) the compiled step also runs as a CUDA graph (``torch.compile(mode="reduce-overhead")``,
 inductor's CUDA-graph trees): the small networks' steps are bound by kernel launches there (an MNIST Adam step takes
@@ -62,12 +63,15 @@ def compile_mode(device: torch.device | str | None) -> str | None:
 
 
 def compiles(method: Method | type[Method], setting: bool, conv: bool = False,
-             device: torch.device | str | None = None) -> bool:
-    """Whether a run with ``compile=setting`` on ``device`` compiles ``method``'s step: a ``compilable`` method's, on
-    an MLP, or on a convolutional network (``conv``) on a GPU, where its launches weigh (on a CPU its step is a few
-    large kernels)."""
+             device: torch.device | str | None = None, settings=None) -> bool:
+    """Whether a run with ``compile=setting`` on ``device`` compiles ``method``'s step: a ``compilable`` method's (with
+    its ``settings``, where given: ``Method.compiles_with``), on an MLP, or on a convolutional network (``conv``) on a
+    GPU, where its launches weigh (on a CPU its step is a few large kernels)."""
     gpu = compile_mode(device) == "reduce-overhead"
-    return bool(setting) and bool(getattr(method, "compilable", False)) and (not conv or gpu)
+    able = bool(getattr(method, "compilable", False))
+    if able and settings is not None and hasattr(method, "compiles_with"):
+        able = method.compiles_with(settings)
+    return bool(setting) and able and (not conv or gpu)
 
 
 def _use_cache_dir() -> None:
@@ -97,7 +101,7 @@ def compiled_update(method: Method, device: torch.device | None = None):
     """``method.update`` with its step compiled (``compiled_step``, as CUDA graphs on a CUDA ``device``), or
     ``method.update`` itself for a method that is not ``compilable``."""
     conv = isinstance(method.model, ConvNet) or not isinstance(method.model, MLP)   # a ConvNet is an MLP subclass
-    if not compiles(method, True, conv=conv, device=device):
+    if not compiles(method, True, conv=conv, device=device, settings=method.cfg):
         return method.update
     step = compiled_step(method, device)
 

@@ -111,7 +111,7 @@ def resolve_run(cfg: DictConfig, overrides: list[str], run_dir: Path | None = No
                 "threads": threads.choose(cfg.get("threads", "auto"), threads.network_params(spec, ds)),
                 # what the run does: a method that is not compilable (or a convolutional network on a CPU) steps eagerly
                 "compile": compiles(method_class(cfg.method.name), cfg.get("compile", False), conv=bool(spec.conv),
-                                    device=str(cfg.get("device", "cpu")))}
+                                    device=str(cfg.get("device", "cpu")), settings=spec.method)}
     if run_dir is not None:
         resolved = threads.adopt_earlier(cfg.get("threads", "auto"), resolved, run_dir)
     return ds, spec, splits, resolved

@@ -30,10 +30,14 @@ def _resolved(*overrides):
 
 
 @pytest.mark.parametrize("method, compiled", [("bbb", True), ("vogn", True), ("mc_dropout", True),
-                                              ("slang", True), ("noisy_kfac", True), ("hmc", True)])
+                                              ("slang", True), ("noisy_kfac", True), ("hmc", True), ("gi", True),
+                                              ("gi method.arch=mnist500_cnn data=mnist", False)])
 def test_compile_resolves_to_what_the_run_does_and_is_hashed_only_when_on(method, compiled):
-    off = _resolved(f"method={method}", "data=uci/yacht")
-    on = _resolved(f"method={method}", "data=uci/yacht", "compile=true")
+    method, *more = method.split()
+    data = next((m for m in more if m.startswith("data=")), "data=uci/yacht")
+    more = [m for m in more if not m.startswith("data=")]
+    off = _resolved(f"method={method}", data, *more)
+    on = _resolved(f"method={method}", data, *more, "compile=true")
     assert off["compile"] is False and on["compile"] is compiled
     before = {k: v for k, v in off.items() if k != "compile"}   # a record from before the setting
     assert results.config_hash(off) == results.config_hash(before)

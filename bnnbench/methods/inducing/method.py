@@ -120,6 +120,13 @@ class InducingFamily(Method):
 
     family = "gi"
     objective_is_elbo = True
+    compilable = True   # on the MLP (compiles_with); bench/step_ab.py: 1.5-2.5x at App. G's UCI setting
+
+    @classmethod
+    def compiles_with(cls, cfg) -> bool:
+        """The protocol MLP's step compiles (one graph, checked by the contract); the convolutional architectures'
+        have not been compiled."""
+        return cls.compilable and cls.Config.of(cfg).arch == "mlp"
 
     def __init__(self, cfg, model, likelihood):
         super().__init__(cfg, model, likelihood)
