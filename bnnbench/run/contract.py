@@ -133,12 +133,11 @@ COMPILED_RTOL = {torch.float32: 1e-5, torch.float64: 1e-12}
 
 
 def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings: dict | None = None) -> str | None:
-    """None where ``name``'s compiled step (the ``compile`` setting: ``bnnbench.run.compiled``) equals its eager step to
-    float rounding (``COMPILED_RTOL`` of each new state tensor's largest entry, a ``sign_free`` factor F through
-    F F^T; integer tensors exactly) from the same
-    state, minibatch and draws, at each of ``steps`` steps on the 4-6-1 problem of ``check_method``, with the method's
-    default settings updated by ``settings``; else why. Also None for a method that is not ``compilable`` (the
-    setting leaves its step eager) or is solved."""
+    """None where ``name``'s compiled step (the ``compile`` setting: ``bnnbench.run.compiled``) equals its eager step
+    to float rounding (``COMPILED_RTOL`` of each new state tensor's largest entry, a ``sign_free`` factor F through
+    F F^T; integer tensors exactly) from the same state, minibatch and draws, at each of ``steps`` steps on the
+    4-6-1 problem of ``check_method``, with the method's default settings updated by ``settings``; else why. Also
+    None for a method that is not ``compilable`` (the setting leaves its step eager) or is solved."""
     import contextlib
 
     from bnnbench.run.compiled import compiled_step, compiles
