@@ -56,7 +56,7 @@ def test_a_compiled_run_records_compile_and_matches_the_eager_run_to_rounding(tm
     import bnnbench.run.compiled as compiled
     calls = []
     real = compiled.compiled_step
-    monkeypatch.setattr(compiled, "compiled_step", lambda m: calls.append(m.name) or real(m))
+    monkeypatch.setattr(compiled, "compiled_step", lambda m, *a: calls.append(m.name) or real(m, *a))
     recs = {}
     for c in ("false", "true"):
         assert main(["run", "method=bbb", *TINY, f"compile={c}", f"runs_root={tmp_path / c}"]) == 0
