@@ -27,6 +27,7 @@ import torch._dynamo
 
 from bnnbench.core.data import load_dataset
 
+from step_ab import Timed
 from step_profile import CASES, Case  # bench/ is the script's folder, so it heads sys.path
 
 
@@ -41,7 +42,7 @@ def rel_diff(a, b) -> float:
     return out
 
 
-class Compiled:
+class Compiled(Timed):
     """A case's update with ``torch.compile`` of its step, on its own copy of the state."""
 
     def __init__(self, case: Case, **kw):
@@ -60,12 +61,6 @@ class Compiled:
             with torch.inference_mode():
                 self.state, _ = self.fn(self.state, batch, noise)
         self.k += 1
-
-    def time_ms(self, n: int) -> float:
-        t = time.perf_counter()
-        for _ in range(n):
-            self.step()
-        return (time.perf_counter() - t) / n * 1e3
 
 
 def main():

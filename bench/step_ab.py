@@ -88,7 +88,22 @@ def cv_pairs(ds, R: int, folds: int = 5):
     return pairs[:R]
 
 
-class Stepper:
+class Timed:
+    """A case's stepping loop: ``update`` over its cycle of minibatches ``batches`` from ``state`` (``k`` steps so
+    far), and its timing (also bench/step_profile.py's and bench/compile_step.py's cases)."""
+
+    def step(self):
+        self.state, _ = self.update(self.state, self.batches[self.k % len(self.batches)], self.g)
+        self.k += 1
+
+    def time_ms(self, n: int) -> float:
+        t = time.perf_counter()
+        for _ in range(n):
+            self.step()
+        return (time.perf_counter() - t) / n * 1e3
+
+
+class Stepper(Timed):
     """One case of one code: its method, state, minibatches and update (eager or compiled)."""
 
     def __init__(self, name, proto, R, compiled: bool):
@@ -115,16 +130,6 @@ class Stepper:
         self.step()
         self.step()
         self.compile_s = time.perf_counter() - t if self.compiled else 0.0
-
-    def step(self):
-        self.state, _ = self.update(self.state, self.batches[self.k % len(self.batches)], self.g)
-        self.k += 1
-
-    def time_ms(self, n: int) -> float:
-        t = time.perf_counter()
-        for _ in range(n):
-            self.step()
-        return (time.perf_counter() - t) / n * 1e3
 
 
 def child(args):

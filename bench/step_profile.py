@@ -50,7 +50,7 @@ from bnnbench.run.engine import epoch_batches, make_batch
 from bnnbench.run.fit import FitOptions, program
 from bnnbench.run.protocol import resolve
 
-from step_ab import CASES as AB_CASES, cv_pairs  # bench/ is the script's folder, so it heads sys.path
+from step_ab import CASES as AB_CASES, Timed, cv_pairs  # bench/ is the script's folder, so it heads sys.path
 
 CASES = [c for c in AB_CASES if c[2] != "gi_uci"]   # label, method, protocol (App. G's families apart)
 
@@ -65,7 +65,7 @@ class OpCount(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-class Case:
+class Case(Timed):
     """One (method, protocol, R): its method, state and a cycle of minibatches."""
 
     def __init__(self, label, name, proto, R, ds):
@@ -79,19 +79,9 @@ class Case:
         self.g = torch.Generator().manual_seed(0)
         self.state = self.method.init(problem, self.g)
         self.batches = [make_batch(data, rows) for rows in epoch_batches(data, self.spec.batch_size, self.g)]
-        self.k = 0
+        self.k, self.update = 0, self.method.update
         self.S = int(self.spec.method.get("train_samples", 1))
         self.step()  # warm-up
-
-    def step(self):
-        self.state, _ = self.method.update(self.state, self.batches[self.k % len(self.batches)], self.g)
-        self.k += 1
-
-    def time_ms(self, n: int) -> float:
-        t = time.perf_counter()
-        for _ in range(n):
-            self.step()
-        return (time.perf_counter() - t) / n * 1e3
 
     def ops(self) -> int:
         with OpCount() as c:
