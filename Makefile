@@ -19,6 +19,7 @@ install:  ## virtual environment in .venv with bnnbench (editable), the test too
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q --no-deps laplace-torch==0.3 backpack-for-pytorch==1.7.1 curvlinops-for-pytorch==3.0.1   # pyproject.toml: laplace
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q -e "examples/my_method[test]"   # the bring-your-own-method example (IVON) and its test
 

@@ -283,10 +283,14 @@ def cmd_table(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from bnnbench.present.plots import (box_figure, convergence_figure, covariance_figure, elbo_depth_figure,
-                                final_values_table, predictive_figure)
+    from bnnbench.present.plots import (box_figure, convergence_figure, covariance_figure,
+                                        critical_difference_figure, elbo_depth_figure, final_values_table,
+                                        predictive_figure)
     spec = experiment_spec(args.experiment)
     fig = spec.get("figure") or {}
+    if spec.get("leaderboard"):
+        out = critical_difference_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_cd.png")
+        print(f"wrote {out}" if out else f"no leaderboard records of {args.experiment} under {args.runs_root}")
     if fig.get("convergence", True):
         out = convergence_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_convergence.png")
         print(f"wrote {out}" if out else f"no run histories of {args.experiment} under {args.runs_root}")

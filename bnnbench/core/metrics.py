@@ -37,10 +37,13 @@ def predictive_loglik(logp: torch.Tensor, mask: torch.Tensor) -> dict[str, torch
 
 def regression_metrics(f: torch.Tensor, noise_prec: torch.Tensor, y: torch.Tensor,
                        mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """RMSE of the MC predictive mean and both test log-likelihoods, in the units of ``y``.
+    """RMSE of the MC predictive mean, both test log-likelihoods and the calibration of the predictive, in the units
+    of ``y``.
 
     ``f [R, S, T]`` predictive samples, ``noise_prec [R]`` (or ``[R, S]``) Gaussian noise precision in
-    the same units, ``y [R, T]``, ``mask [R, T]``.
+    the same units, ``y [R, T]``, ``mask [R, T]``. ``coverage_50`` and ``coverage_90``: the fraction of test targets
+    inside the predictive's central 50% and 90% intervals, y inside the central p interval of the mixture
+    (1/S) sum_s N(f_s, 1/tau_s) iff |F(y) - 1/2| <= p/2, F(y) = (1/S) sum_s Phi(sqrt(tau_s) (y - f_s)) (its CDF).
     """
     n = mask.sum(-1).to(f.dtype)
     err = (f.mean(1) - y) * mask
@@ -48,7 +51,10 @@ def regression_metrics(f: torch.Tensor, noise_prec: torch.Tensor, y: torch.Tenso
     tau = noise_prec if noise_prec.dim() == 2 else noise_prec.unsqueeze(1)
     logp = 0.5 * torch.log(tau.unsqueeze(-1)) - 0.5 * math.log(2 * math.pi) \
         - 0.5 * tau.unsqueeze(-1) * (y.unsqueeze(1) - f) ** 2
-    return {"rmse": rmse, **predictive_loglik(logp, mask)}
+    cdf = torch.special.ndtr(tau.unsqueeze(-1).sqrt() * (y.unsqueeze(1) - f)).mean(1)      # [R, T]
+    coverage = {f"coverage_{round(100 * p)}": (((cdf - 0.5).abs() <= p / 2) & mask).sum(-1).to(f.dtype) / n
+                for p in (0.5, 0.9)}
+    return {"rmse": rmse, **predictive_loglik(logp, mask), **coverage}
 
 
 def classification_metrics(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,

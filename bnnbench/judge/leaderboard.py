@@ -5,7 +5,8 @@ Per data set and metric: each method's mean and standard error over the splits (
 (1 = best, ties share the mean rank). Per method: its average rank over the data sets it ran on all of. Because the
 splits are shared, each method is compared with the data set's best by a paired two-sided Wilcoxon signed-rank test
 over the splits (``scipy.stats.wilcoxon``); a method whose p-value is at least ``alpha`` is not distinguishable from
-the best there. Over data sets: the Friedman test of the ranks and the Nemenyi critical difference
+the best there. A metric with a ``target`` (an interval's coverage: its nominal level) is ranked and tested by the
+distance |value - target| per split. Over data sets: the Friedman test of the ranks and the Nemenyi critical difference
 CD = q_alpha sqrt(k (k + 1) / (6 n)) for k methods on n data sets (Demsar, 2006): two methods whose average ranks
 differ by less than CD are not distinguished by this benchmark.
 
@@ -68,7 +69,7 @@ def build_leaderboard(spec: Mapping, runs_root, labels: list[str] | None = None)
     diverged = diverged_runs(spec, runs_root, labels)
     rows = []
     for metric, m in lb["metrics"].items():
-        sign = 1.0 if m["higher_is_better"] else -1.0
+        score = _score(m)
         for ds in spec["datasets"]:
             have = [lab for lab in labels if (lab, ds, metric) in values]
             failed = [lab for lab in labels if (lab, ds) in diverged]
@@ -76,7 +77,8 @@ def build_leaderboard(spec: Mapping, runs_root, labels: list[str] | None = None)
                 continue
             means = {lab: float(values[(lab, ds, metric)].mean()) for lab in have}
             # a run that diverged under the common protocol ranks below every finished one (ties among themselves)
-            ranks = stats.rankdata([-sign * means[lab] for lab in have] + [np.inf] * len(failed), method="average")
+            ranks = stats.rankdata([-float(score(values[(lab, ds, metric)]).mean()) for lab in have]
+                                   + [np.inf] * len(failed), method="average")
             best = have[int(np.argmin(ranks[:len(have)]))]
             for lab, rank in zip(have + failed, ranks):
                 if lab in failed:
@@ -91,12 +93,26 @@ def build_leaderboard(spec: Mapping, runs_root, labels: list[str] | None = None)
                     p = 1.0 if lab == best else float("nan")
                 else:
                     se = float(v.std() / math.sqrt(len(v)))
-                    p = 1.0 if lab == best else _paired_p(v, values[(best, ds, metric)])
+                    p = 1.0 if lab == best else _paired_p(score(v), score(values[(best, ds, metric)]))
                 rows.append({"metric": metric, "dataset": ds, "method": lab, "mean": means[lab], "se": se,
                              "n": len(v), "rank": float(rank), "best": best, "p_vs_best": p,
                              "tied_best": bool(p >= alpha), "diverged": False})
     return pd.DataFrame(rows, columns=["metric", "dataset", "method", "mean", "se", "n", "rank", "best", "p_vs_best",
                                        "tied_best", "diverged"])
+
+
+def _score(m: Mapping):
+    """Per-split values -> scores, higher better: the value (``higher_is_better``), its negative, or for a metric
+    with a ``target`` (an interval's coverage: its nominal level) minus the distance to it, |v - target|."""
+    if m.get("target") is not None:
+        return lambda v: -np.abs(np.asarray(v, dtype=float) - float(m["target"]))
+    sign = 1.0 if m["higher_is_better"] else -1.0
+    return lambda v: sign * np.asarray(v, dtype=float)
+
+
+def _direction(m: Mapping) -> str:
+    return (f"closest to {m['target']:g} is better: ranked by the mean over the splits of |value - {m['target']:g}|"
+            if m.get("target") is not None else f"{'higher' if m['higher_is_better'] else 'lower'} is better")
 
 
 def _paired_p(a: np.ndarray, b: np.ndarray) -> float:
@@ -149,7 +165,7 @@ def render_leaderboard(df: pd.DataFrame, spec: Mapping) -> str:
         chi2, p, k, n = friedman(df, metric, datasets)
         order = sorted(sub["method"].unique(), key=lambda lab: (math.isnan(avg.get(lab, float("nan"))),
                                                                   avg.get(lab, float("nan"))))
-        out += [f"## {m.get('label', metric)} ({'higher' if m['higher_is_better'] else 'lower'} is better)", "",
+        out += [f"## {m.get('label', metric)} ({_direction(m)})", "",
                 "| method | " + " | ".join(d.split("/")[-1] for d in datasets) + " | average rank |",
                 "|---|" + "--:|" * len(datasets) + "--:|"]
         for lab in order:
@@ -194,7 +210,7 @@ def render_claims(df: pd.DataFrame, spec: Mapping) -> list[str]:
         for ds in spec["datasets"]:
             parts, holds, missing = [], True, False
             for metric in c["metrics"]:
-                sign = 1.0 if lb["metrics"][metric]["higher_is_better"] else -1.0
+                sign = 1.0 if lb["metrics"][metric].get("higher_is_better", True) else -1.0
                 cell = {r["method"]: r for _, r in df[(df["metric"] == metric) & (df["dataset"] == ds)].iterrows()}
                 for other in c["than"]:
                     a, b = cell.get(c["better"]), cell.get(other)
@@ -211,11 +227,48 @@ def render_claims(df: pd.DataFrame, spec: Mapping) -> list[str]:
     return out
 
 
+def rank_stability(df: pd.DataFrame, spec: Mapping, other_spec: Mapping, runs_root) -> list[str]:
+    """Markdown: for each metric, the average ranks over ``spec``'s data sets of the methods that ran on all of them on
+    both boards (``other_spec``'s board restricted to those data sets and methods, ranked among them alone), side by
+    side, and Kendall's tau between the two orders (``scipy.stats.kendalltau``, tau-b): whether the ranking moves when
+    the protocol changes (``leaderboard.compare_with``: the same board at twice the epochs)."""
+    datasets = list(spec["datasets"])
+    label_of = {k: (v or {}).get("label", k) for k, v in (spec.get("methods") or {}).items()}
+    mine = {metric: average_ranks(df, metric, datasets).dropna() for metric in spec["leaderboard"]["metrics"]}
+    common = sorted(set.intersection(*(set(a.index) for a in mine.values()))) if mine else []
+    if len(common) < 2:
+        return []
+    other = build_leaderboard({**other_spec, "datasets": datasets,
+                               "leaderboard": {**other_spec["leaderboard"], "open": False}}, runs_root, common)
+    out = [f"## Against {other_spec['name']}'s ranking", "",
+           f"Average ranks over {', '.join(d.split('/')[-1] for d in datasets)} of the methods that ran on both "
+           f"boards (ranked among them alone), here and in {other_spec['name']}; Kendall's tau between the orders "
+           "(1: the same order).", ""]
+    for metric, m in spec["leaderboard"]["metrics"].items():
+        theirs = average_ranks(other, metric, datasets).reindex(common)
+        ours = average_ranks(build_leaderboard({**spec, "leaderboard": {**spec["leaderboard"], "open": False}},
+                                               runs_root, common), metric, datasets).reindex(common)
+        keep = ours.notna() & theirs.notna()
+        if keep.sum() < 2:
+            continue
+        tau, p = stats.kendalltau(ours[keep], theirs[keep])
+        out += [f"### {m.get('label', metric)}: Kendall's tau = {tau:.2f} (p = {p:.2g}, {int(keep.sum())} methods)", "",
+                f"| method | here | {other_spec['name']} |", "|---|--:|--:|"]
+        for lab in ours[keep].sort_values().index:
+            out.append(f"| {label_of.get(lab, lab)} | {ours[lab]:.2f} | {theirs[lab]:.2f} |")
+        out.append("")
+    return out
+
+
 def write_leaderboard(spec: Mapping, runs_root, out_dir, labels: list[str] | None = None) -> dict[str, Path]:
     df = build_leaderboard(spec, runs_root, labels)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"md": out_dir / f"{spec['name']}.md", "csv": out_dir / f"{spec['name']}.csv"}
-    atomic_write_text(paths["md"], render_leaderboard(df, spec))
+    text = render_leaderboard(df, spec)
+    if spec["leaderboard"].get("compare_with"):
+        from bnnbench.run.config import experiment_spec
+        text += "\n".join(rank_stability(df, spec, experiment_spec(spec["leaderboard"]["compare_with"]), runs_root))
+    atomic_write_text(paths["md"], text)
     atomic_write_text(paths["csv"], df.to_csv(index=False))
     return paths

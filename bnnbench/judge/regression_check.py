@@ -1,16 +1,18 @@
 """CI regression of the published-number cells (``make regression``): numbers, not only verdicts.
 
-Which cells: every column cell of a committed paper table (``results/tables/<experiment>.csv``) with a record whose
-re-run is short: the experiment's own subset (``regression_datasets`` / ``regression_columns``, :func:`is_fast`),
-and every other cell whose re-run costs at most ``max_cell_s`` by its record (:func:`rerun_cost`: a searched cell
-re-runs only its final training, with the hyper-parameters its record holds, ``hpo=recorded``; the exact columns and
-fixed-hyper-parameter cells re-run whole). Each is re-run with its record's own configuration, then
+Which cells: every column cell of a committed paper table or leaderboard (``results/tables/<experiment>.csv``) with
+a record whose re-run is short: the experiment's own subset (``regression_datasets`` / ``regression_columns``,
+:func:`is_fast`), and every other cell whose re-run costs at most ``max_cell_s`` by its record (:func:`rerun_cost`: a
+searched cell re-runs only its final training, with the hyper-parameters its record holds, ``hpo=recorded``; the exact
+columns and fixed-hyper-parameter cells re-run whole). Each is re-run with its record's own configuration, then
 
 1. **record numbers**: every summary metric's mean and standard error equals the record's (seeded CPU runs repeat
    bit for bit; an experiment's ``regression_rtol`` only where a measured host-to-host difference forces one);
 2. **table numbers**: ``ours`` and ``ours_se`` of each rebuilt table cell equal the committed table's (this covers
    the derived ones: paired metrics against a reference run, KL to an exact posterior);
 3. **verdicts**: a cell whose verdict changed.
+
+A leaderboard has no published numbers: its cells are checked by their records' numbers (1) alone.
 
 Every moved number is listed with its cell, and the check fails. A deliberate change that moves numbers comes with
 re-recorded cells: ``bnnbench regression --rerecord --reason "..."`` writes the re-run's numbers into the committed
@@ -213,8 +215,7 @@ def main(args) -> int:
         if not table.exists():
             continue
         spec = experiment_spec(exp)
-        if spec.get("leaderboard"):
-            continue   # no published numbers: nothing to regress against (its cells are the other tables' methods)
+        board = bool(spec.get("leaderboard"))   # no published numbers: its records' numbers alone are checked
         against = {str(m["against"]) for m in (spec.get("metrics") or {}).values()
                    if isinstance(m, dict) and m.get("against")}
         cells = selected_cells(exp, spec, results, max_cell_s, only, against if references else frozenset())
@@ -227,8 +228,8 @@ def main(args) -> int:
         if not cells:
             continue
         rtol = float(spec.get("regression_rtol") or 0.0)
-        old = load_table(table)
-        chosen = set(zip(old["our_dataset"], old["selected"])) if "selected" in old else set()
+        old = None if board else load_table(table)
+        chosen = set(zip(old["our_dataset"], old["selected"])) if old is not None and "selected" in old else set()
         cands = candidate_of(spec)
         rerun = {(cell_label(c), c["data"]) for c in cells}
         done = []
@@ -260,7 +261,7 @@ def main(args) -> int:
             moved += [] if rerecording else moves
             checked_cells += 1
             done.append(cell)
-        if not done:
+        if not done or board:
             continue
         new = build_table(spec, runs_root)
         ran = {(cands.get(cell_label(c), cell_label(c)), c["data"]) for c in done}

@@ -2,11 +2,11 @@
 
 Add a method by writing one module with a ``Method`` subclass (a mean-field Gaussian posterior: a ``MeanField``
 subclass, ``methods/gaussian/mean_field.py``) and its typed ``Config`` (a ``MethodConfig`` dataclass: every setting with
-its default), and registering it here. The modules sit in folders by family: ``point`` (MAP, SGD, MC dropout),
-``gaussian`` (BBB, VOGN, Vadam, SLANG, full Gaussian), ``kfac`` (noisy Adam, noisy K-FAC, BlkTri), ``sampling`` (HMC),
-``adf`` (PBP), ``exact`` (exact Gaussian VI), ``inducing`` (global inducing points); ``base``, ``settings``, ``adam``
-and ``gamma_noise`` are what they share. Per-replica hyper-parameters other than the prior and noise precisions are
-declared in ``replica_hparams``.
+its default), and registering it here. The modules sit in folders by family: ``point`` (MAP, SGD, MC dropout, deep
+ensembles), ``gaussian`` (BBB, VOGN, Vadam, SLANG, full Gaussian, SWAG, Laplace), ``kfac`` (noisy Adam, noisy K-FAC,
+BlkTri), ``sampling`` (HMC), ``adf`` (PBP), ``exact`` (exact Gaussian VI), ``inducing`` (global inducing points);
+``base``, ``settings``, ``adam`` and ``gamma_noise`` are what they share. Per-replica hyper-parameters other than the
+prior and noise precisions are declared in ``replica_hparams``.
 
 A method of another package registers itself with an entry point in the group ``bnnbench.methods`` (its name: the
 method's ``name``; its object: the ``Method`` subclass), e.g. in that package's pyproject.toml::
@@ -26,7 +26,9 @@ from bnnbench.methods.state import State, state_class
 from bnnbench.methods.exact.exact_gaussian import ExactFullGaussian, ExactMeanField
 from bnnbench.methods.gaussian.bbb import BBB
 from bnnbench.methods.gaussian.full_gaussian import FullGaussian
+from bnnbench.methods.gaussian.laplace import LastLayerLaplace, Laplace
 from bnnbench.methods.gaussian.slang import SLANG
+from bnnbench.methods.gaussian.swag import SWAG
 from bnnbench.methods.gaussian.vadam import Vadam, Vprop
 from bnnbench.methods.gaussian.vadam_matlab import VadamMatlab
 from bnnbench.methods.gaussian.vogn import VOGN
@@ -35,6 +37,7 @@ from bnnbench.methods.inducing.method import (Factorised, FactorisedGlobalInduci
 from bnnbench.methods.kfac.kfac import KFAC
 from bnnbench.methods.kfac.noisy import NoisyAdam, NoisyKFAC
 from bnnbench.methods.kfac.noisy_blktri import NoisyKFACBlkTri
+from bnnbench.methods.point.ensemble import DeepEnsemble
 from bnnbench.methods.point.map import MAP
 from bnnbench.methods.point.mc_dropout import MCDropout
 from bnnbench.methods.point.sgd import SGD
@@ -45,7 +48,8 @@ METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (MAP, BBB, MCDropou
                                                                 ExactMeanField, Factorised, LocalInducing,
                                                                 GlobalInducing, FactorisedGlobalInducing,
                                                                 RandomGlobalInducing, HMC, PBP, SGD, KFAC,
-                                                                NoisyKFACBlkTri)}
+                                                                NoisyKFACBlkTri, DeepEnsemble, SWAG, Laplace,
+                                                                LastLayerLaplace)}
 
 
 ENTRY_POINT_GROUP = "bnnbench.methods"

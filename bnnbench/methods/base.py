@@ -1,5 +1,6 @@
-"""The one method interface (docs/design.md): ``init``, ``update`` (= ``noise`` then ``step``), ``predict``; or, for a
-method that is solved rather than stepped (``solved = True``), ``solve`` in place of ``init`` and ``update``.
+"""The one method interface (docs/design.md): ``init``, ``update`` (= ``noise`` then ``step``), ``predict``, and
+``posthoc`` after the last step where a method builds something once (Laplace); or, for a method that is solved rather
+than stepped (``solved = True``), ``solve`` in place of ``init`` and ``update``.
 
 A method is bound to a model and a likelihood, like an optimiser is bound to parameters. Its state is a typed
 ``State`` (``methods/state.py``: a frozen dataclass of tensors that all carry the replica axis first), so any replica
@@ -152,6 +153,11 @@ class Method:
             return self.step(state, batch, self.noise(state, batch, generator), lr_scale)
         with torch.inference_mode():
             return self.step(state, batch, self.noise(state, batch, generator), lr_scale)
+
+    def posthoc(self, state: State, data) -> State:
+        """The state after the last training step, given the replicas' data (``engine.ReplicaData``): what a method
+        builds once training has ended (Laplace: the curvature at the MAP estimate); the state unchanged by default."""
+        return state
 
     def solve(self, problem: Problem, data, *, gtol: float) -> tuple[State, dict]:
         """The fitted state of every replica, replica r on the training rows ``data.x_train[data.data_index[r]]``

@@ -303,3 +303,71 @@ def final_values_table(spec: dict, runs_root: Path, out: Path) -> Path | None:
             "|" + " --- |" * (len(metrics) + 4) + "\n")
     atomic_write(out, lambda f: f.write((head + "\n".join(rows) + "\n").encode()))
     return out
+
+
+def cd_cliques(ranks: list[float], cd: float) -> list[tuple[int, int]]:
+    """The maximal runs ``(i, j)`` of methods, sorted by average rank, whose ranks differ by less than ``cd``
+    (positions in ``sorted(ranks)``; a run of one method is no clique): the bars of a critical-difference diagram."""
+    r = sorted(ranks)
+    out: list[tuple[int, int]] = []
+    for i in range(len(r)):
+        j = max(k for k in range(i, len(r)) if r[k] - r[i] < cd)
+        if j > i and not any(a <= i and j <= b for a, b in out):
+            out.append((i, j))
+    return out
+
+
+def critical_difference_figure(spec: dict, runs_root: Path, out: Path) -> Path | None:
+    """Demsar's (2006) critical-difference diagram of a leaderboard, a panel per metric: each method at its average
+    rank over the data sets it ran on all of, the Nemenyi critical difference CD = q_alpha sqrt(k (k + 1) / (6 n)) as a
+    bar, and a thick line joining each maximal group of methods whose average ranks differ by less than CD."""
+    import math
+
+    import matplotlib.pyplot as plt
+
+    from bnnbench.judge.leaderboard import average_ranks, build_leaderboard, q_nemenyi
+    df = build_leaderboard(spec, runs_root)
+    if df.empty:
+        return None
+    lb, datasets = spec["leaderboard"], list(spec["datasets"])
+    label_of = {k: (v or {}).get("label", k) for k, v in (spec.get("methods") or {}).items()}
+    alpha = float(lb.get("alpha", 0.05))
+    panels = []
+    for metric, m in lb["metrics"].items():
+        ran = {ds for ds in datasets if not df[(df["metric"] == metric) & (df["dataset"] == ds)].empty}
+        used = [ds for ds in datasets if ds in ran]
+        avg = average_ranks(df, metric, used).dropna().sort_values()
+        if len(avg) >= 2 and len(used) >= 2:
+            panels.append((m.get("label", metric), avg, len(used)))
+    if not panels:
+        return None
+    k_max = max(len(a) for _, a, _ in panels)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, (0.9 + 0.22 * k_max) * len(panels)), squeeze=False)
+    for ax, (title, avg, n) in zip(axes[:, 0], panels):
+        k = len(avg)
+        cd = q_nemenyi(k, alpha) * math.sqrt(k * (k + 1) / (6 * n))
+        ax.set_xlim(1, k)
+        ax.set_ylim(-(k // 2 + 1.5), 2.2)
+        ax.axhline(0, color="k", lw=1)
+        ax.set_xticks(range(1, k + 1))
+        ax.tick_params(axis="x", top=True, bottom=False, labeltop=True, labelbottom=False)
+        ax.set_yticks([])
+        for side in ("left", "right", "bottom"):
+            ax.spines[side].set_visible(False)
+        ax.plot([1, 1 + cd], [1.6, 1.6], color="k", lw=2)
+        ax.text(1 + cd / 2, 1.75, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=8)
+        half = (k + 1) // 2
+        for i, (lab, r) in enumerate(avg.items()):
+            left = i < half
+            y = -(i + 1) if left else -(k - i)
+            x_end = 1 if left else k
+            ax.plot([r, r, x_end], [0, y, y], color="0.3", lw=0.8)
+            ax.text(x_end - 0.05 if left else x_end + 0.05, y, f"{label_of.get(lab, lab)} ({r:.2f})",
+                    ha="right" if left else "left", va="center", fontsize=8)
+        for j, (a, b) in enumerate(cd_cliques(list(avg.values), cd)):
+            y = -0.3 - 0.25 * j
+            ax.plot([avg.iloc[a] - 0.03, avg.iloc[b] + 0.03], [y, y], color="k", lw=3, solid_capstyle="round")
+        ax.set_title(f"{title}: average ranks over {n} data sets (1 = best), Nemenyi alpha = {alpha}", fontsize=9,
+                     pad=18)
+    fig.tight_layout()
+    return _save(fig, out)

@@ -230,10 +230,12 @@ def build_site(results: Path, out: Path) -> list[Path]:
         if not (results / "tables" / f"{exp}.csv").exists():
             continue
         spec = experiment_spec(exp)
-        if spec.get("leaderboard"):   # the open one (every method, yours too) is the front page; others have a page
+        if spec.get("leaderboard"):   # the one marked ``front`` (the UCI board) is the front page; others have a page
             html = _md_table_to_html(render_leaderboard(build_leaderboard(spec, runs_root), spec))
-            if spec["leaderboard"].get("open"):
-                front = html
+            if spec["leaderboard"].get("front"):   # with its critical-difference diagram (bnnbench plot)
+                cd = results / "figures" / f"{exp}_cd.png"
+                front = html + (f"\n<p><img src=\"figures/{cd.name}\" alt=\"critical-difference diagram\"></p>"
+                                if cd.exists() else "")
             else:
                 _write(tmp / "tables" / f"{exp}.html", _page(spec.get("title", exp), html, 1, notes))
                 tables.append((exp, spec.get("title", exp), None))

@@ -291,7 +291,9 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
           announce_eta: bool = False, compile: bool = False) -> TrainResult:
     """Run ``epochs`` passes of ``method.update`` over every replica at once.
 
-    Evaluates every ``eval_every`` epochs (and at the end), recording the evaluation metrics and the
+    After the last epoch's steps the state is ``method.posthoc``'s (Laplace: its curvature at the MAP estimate), checked
+    for divergence like every epoch's. Evaluates
+    every ``eval_every`` epochs (and at the end), recording the evaluation metrics and the
     mean training objective of the epoch; evaluation draws its samples from the same generator, so
     the evaluation schedule is part of a run's configuration; the last evaluation draws
     ``eval_samples_final`` samples when given (MNIST: 10 during training, 1000 at the end).
@@ -343,6 +345,9 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
             obj_sum += stats["objective"]
             n_batches += 1
             steps += 1
+        last = epoch == epochs - 1
+        if last:
+            state = method.posthoc(state, data)
         bad = ~torch.isfinite(obj_sum) | ~_finite_state(state)
         if bad.any():
             newly = bad & ~diverged
@@ -352,7 +357,6 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
                     f"{method.name} diverged at epoch {epoch + 1}: non-finite objective or state in "
                     f"replica(s) {(newly.nonzero().flatten() + replica_offset).tolist()}")
         eta.epoch_done(epoch + 1 - start, epochs - epoch - 1)
-        last = epoch == epochs - 1
         if last or (eval_every and (epoch + 1) % eval_every == 0):
             m = evaluate(method, state, data, eval_samples_final if last and eval_samples_final else eval_samples,
                          generator, task)

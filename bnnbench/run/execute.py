@@ -99,7 +99,7 @@ def resolve_run(cfg: DictConfig, overrides: list[str], run_dir: Path | None = No
     ``threads=auto`` count is the one its record or resume state already has (``threads.adopt_earlier``)."""
     ds = load_dataset(cfg.data.name)
     spec = resolve(cfg, CommandLine.parse(overrides), meta=ds.meta)
-    if ds.task != spec.task and not (spec.task == "binary" and ds.task == "binary"):
+    if ds.task != spec.task and not (spec.task == "multiclass" and ds.task == "binary"):   # binary: K = 2 logits
         raise ConfigError(f"protocol {cfg.protocol.name!r} is for {spec.task} but {ds.name} is a {ds.task} data set")
     splits = run_splits(ds, spec)
     if spec.active_learning:

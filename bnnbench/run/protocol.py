@@ -183,17 +183,28 @@ def _hidden(cfg: DictConfig, proto, ds, given: CommandLine, meta: dict | None) -
     return [int(h) for h in hidden]
 
 
-def _search_space(cfg: DictConfig, ds, meta: dict | None) -> tuple[dict, dict]:
+def _search_space(cfg: DictConfig, proto, ds, meta: dict | None) -> tuple[dict, dict]:
     """The data set's search space (``{name: {"log_range": [lo, hi]} | {"values": [...]}}``; ``meta:<key>``: the data
-    set's own grid) and the fixed values: the box's centre in log space or the grid's median, then the data set's
+    set's own grid), with the method's own axes of the protocol's ``method_space`` in place of (null: without) the
+    data set's, and the fixed values: the box's centre in log space or the grid's median, then the data set's
     ``fixed``, then the command line's ``hparams.<name>``."""
+    axes = dict(ds.get("space") or {})
+    own = _get(proto, "method_space", cfg.method.name, default=None)
+    for name, rng in (own.items() if own is not None else ()):
+        if rng is None:
+            axes.pop(name, None)
+        else:
+            axes[name] = rng
     space = {}
-    for name, rng in (ds.get("space") or {}).items():
+    for name, rng in axes.items():
         rng = OmegaConf.to_container(rng, resolve=True) if not isinstance(rng, (list, str)) else rng
         if isinstance(rng, str) and rng.startswith("meta:"):
             space[name] = {"values": [float(v) for v in (meta or {})[rng[5:]]]}
         elif isinstance(rng, dict):
             space[name] = rng
+        elif len(rng) != 2:
+            raise ConfigError(f"protocol {proto.name!r}: space {name}: {list(rng)} is neither a box [lo, hi] (natural "
+                              f"logarithms) nor a grid; a grid of values is {{values: {list(rng)}}}")
         else:
             space[name] = {"log_range": [float(rng[0]), float(rng[1])]}
     fixed = {}
@@ -262,7 +273,7 @@ def resolve(cfg: DictConfig, given: CommandLine | None = None, meta: dict | None
     method = _method_settings(cfg, proto, size, ds, given)
     vals, steps = _protocol_values(proto, size, ds, given, cfg.method.name)
     hidden = _hidden(cfg, proto, ds, given, meta)
-    space, fixed = _search_space(cfg, ds, meta)
+    space, fixed = _search_space(cfg, proto, ds, meta)
     hpo = _hpo_settings(cfg, proto, ds, given)
 
     settings = {f.name: _SETTING.get(f.name, _plain)(proto.get(f.name, f.default)) for f in fields(ProtocolSettings)}

@@ -58,6 +58,8 @@ class ProtocolSchema(ProtocolSettings):
     methods: Any = None                     # {<method>: settings of that method}
     sizes: Any = None                       # {small|large: settings}, chosen by a data set's ``size``
     datasets: Any = None                    # {<data set key>: size, space, fixed, length_scales, method(s) ...}
+    method_space: Any = None                # {<method>: {<hyper-parameter>: range | null}}: a method's own axes in
+                                            # place of (null: without) the data set's (one budget, own parameters)
 
 
 @dataclass

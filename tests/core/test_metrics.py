@@ -33,6 +33,33 @@ def test_regression_metrics_by_hand():
     assert m["loglik_joint"].item() < m["loglik_pointwise"].item()
 
 
+def test_coverage_is_that_of_the_mixtures_central_intervals():
+    """The interval ends by root finding on the Gaussian mixture's CDF (scipy), a loop over test points."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+    g = torch.Generator().manual_seed(1)
+    R, S, T = 2, 4, 60
+    f = torch.randn(R, S, T, generator=g, dtype=torch.float64)
+    tau = torch.rand(R, S, generator=g, dtype=torch.float64) * 3 + 0.5
+    y = 1.5 * torch.randn(R, T, generator=g, dtype=torch.float64)
+    mask = torch.ones(R, T, dtype=torch.bool)
+    mask[1, 45:] = False
+    m = regression_metrics(f, tau, y, mask)
+    for p in (0.5, 0.9):
+        for r in range(R):
+            inside = []
+            for t in range(T):
+                if not mask[r, t]:
+                    continue
+                sd = (1 / tau[r]).sqrt().numpy()
+                cdf = lambda v: norm.cdf(v, f[r, :, t].numpy(), sd).mean()   # noqa: E731
+                lo = brentq(lambda v: cdf(v) - (1 - p) / 2, -50, 50, xtol=1e-13)
+                hi = brentq(lambda v: cdf(v) - (1 + p) / 2, -50, 50, xtol=1e-13)
+                inside.append(lo <= y[r, t].item() <= hi)
+            assert m[f"coverage_{round(100 * p)}"][r].item() == pytest.approx(np.mean(inside), abs=1e-12)
+    assert 0 < m["coverage_50"].min() and (m["coverage_50"] < m["coverage_90"]).all()
+
+
 def test_padding_is_ignored():
     g = torch.Generator().manual_seed(0)
     f = torch.randn(2, 7, 5, generator=g, dtype=torch.float64)

@@ -81,7 +81,7 @@ def test_reproduce_adds_a_registered_method_of_yours_to_an_open_leaderboard(tmp_
     ran.clear()
     assert main(["reproduce", "uci_leaderboard", "--label", "full_gaussian", "--runs-root", str(tmp_path),
                  "--out", str(tmp_path / "t")]) == 0
-    assert [o for ov in ran for o in ov if o.startswith("method=")] == ["method=full_gaussian"] * 5
+    assert [o for ov in ran for o in ov if o.startswith("method=")] == ["method=full_gaussian"] * len(spec["datasets"])
     ran.clear()
     assert main(["reproduce", "uci_leaderboard", "--label", "no_such_method", "--runs-root", str(tmp_path)]) == 2
     assert ran == [] and "has the label 'no_such_method'; its labels: bbb, " in capsys.readouterr().err
@@ -121,3 +121,76 @@ def test_claims_are_checked_against_the_table_with_the_differences_in_standard_e
     assert "a first in accuracy (mnist): **holds**. acc vs b: +0.0100 (+7.1 SE); acc vs c: +0.0200 (+14.1 SE)." in out
     assert "a first in both (mnist): **does not hold**" in out and "ece vs c: +0.0050." in out
     assert "d first (mnist): **not checked (a run is missing)**" in out
+
+
+def test_a_metric_with_a_target_is_ranked_and_tested_by_the_distance_to_it(tmp_path):
+    """Coverage of a 90 % interval: the method nearest 0.9 on average over the splits ranks first, whichever side."""
+    rng = np.random.default_rng(1)
+    cov = {"over": 0.97 + 0.01 * rng.normal(size=20), "near": 0.89 + 0.01 * rng.normal(size=20),
+           "under": 0.80 + 0.01 * rng.normal(size=20)}
+    for m, v in cov.items():
+        d = run_dir(tmp_path, "lb", m, "uci/a")
+        d.mkdir(parents=True)
+        (d / "record.json").write_text(json.dumps({"status": "ok", "metrics": [{"split": str(i), "cov": float(x)}
+                                                                                for i, x in enumerate(v)]}))
+    spec = {"name": "lb", "datasets": ["uci/a"], "methods": {m: {} for m in cov},
+            "leaderboard": {"alpha": 0.05, "metrics": {"cov": {"label": "90 %", "target": 0.9}}}}
+    df = build_leaderboard(spec, tmp_path).set_index("method")
+    assert df["rank"].to_dict() == {"near": 1.0, "over": 2.0, "under": 3.0}
+    assert df.loc["over", "mean"] == pytest.approx(cov["over"].mean())          # the value shown is the coverage
+    p = stats.wilcoxon(np.abs(cov["over"] - 0.9), np.abs(cov["near"] - 0.9)).pvalue
+    assert df.loc["over", "p_vs_best"] == pytest.approx(p)
+    assert "closest to 0.9 is better" in render_leaderboard(build_leaderboard(spec, tmp_path), spec)
+
+
+def test_critical_difference_cliques_and_figure(runs, tmp_path):
+    from itertools import combinations
+
+    from bnnbench.present.plots import cd_cliques, critical_difference_figure
+    rng = np.random.default_rng(2)
+    for _ in range(50):   # against a brute force: the maximal sets of consecutive methods within CD of each other
+        ranks, cd = list(rng.uniform(1, 8, size=7)), rng.uniform(0.3, 3)
+        r = sorted(ranks)
+        groups = [(i, j) for i, j in combinations(range(7), 2) if r[j] - r[i] < cd]
+        maximal = [(i, j) for i, j in groups if not any(a <= i and j <= b and (a, b) != (i, j) for a, b in groups)]
+        assert sorted(cd_cliques(ranks, cd)) == sorted(maximal)
+    root, _ = runs
+    out = critical_difference_figure(SPEC, root, tmp_path / "cd.png")
+    assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rank_stability_compares_the_average_ranks_of_two_boards(runs):
+    """A second board whose LL order over the methods is reversed: tau = -1 for the LL; the RMSE (the negated values)
+    reversed too. Against itself: tau = 1."""
+    from bnnbench.judge.leaderboard import rank_stability
+    root, vals = runs
+    for (m, ds), v in vals.items():
+        d = run_dir(root, "lb2", m, ds)
+        d.mkdir(parents=True)
+        rec = {"status": "ok", "metrics": [{"split": str(i), "ll": float(-a), "rmse": float(a)}
+                                           for i, a in enumerate(v)]}
+        (d / "record.json").write_text(json.dumps(rec))
+    spec2 = {**SPEC, "name": "lb2"}
+    df = build_leaderboard(SPEC, root)
+    text = "\n".join(rank_stability(df, SPEC, spec2, root))
+    common = ["m1", "m2", "m3", "mine"]
+    ranks = {m: np.mean([stats.rankdata([-vals[(k, ds)].mean() for k in common])[common.index(m)]
+                         for ds in SPEC["datasets"]]) for m in common}
+    tau = stats.kendalltau([ranks[m] for m in common], [len(common) + 1 - ranks[m] for m in common])[0]
+    assert f"### LL: Kendall's tau = {tau:.2f}" in text and tau < -0.5
+    assert "### LL: Kendall's tau = 1.00" in "\n".join(rank_stability(df, SPEC, SPEC, root))
+
+
+def test_the_classification_board_runs_a_binary_set_as_two_logits(tmp_path, module_env, monkeypatch):
+    """cls_leaderboard's protocol is multiclass: a binary LIBSVM set runs as K = 2 softmax logits (here last-layer
+    Laplace through laplace-torch, which takes no single logit)."""
+    from datapaths import MIRROR
+    if not (MIRROR / "MANIFEST.md").is_file():
+        pytest.skip("needs the data mirror")
+    monkeypatch.setattr("sys.argv", ["bnnbench"])
+    ov = ["experiment=cls_leaderboard", "method=laplace_ll", "data=libsvm/australian", "protocol.epochs=2",
+          "protocol.splits=[1,2]", "hpo=fixed", f"runs_root={tmp_path}", "threads=1", "progress=false"]
+    assert main(["run", *ov]) == 0
+    rec = json.loads((run_dir(tmp_path, "cls_leaderboard", "laplace_ll", "libsvm/australian") / "record.json")
+                     .read_text())
+    assert {"accuracy", "nll", "ece"} <= set(rec["summary"]) and 0.5 < rec["summary"]["accuracy"]["mean"] <= 1

@@ -4,6 +4,7 @@ and the rebuilt table its committed ``ours``, ``ours_se`` and verdicts; a moved 
 import json
 import shutil
 from argparse import Namespace
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -138,3 +139,25 @@ def test_a_searched_runs_final_training_repeats_with_its_recorded_hyper_paramete
               f"runs_root={tmp_path / 'rec'}"]
     rerun = execute(compose(rec_ov), rec_ov, run_dir(tmp_path / "rec", "slang_table2", method, "uci/yacht"))
     assert rerun["metrics"] == full["metrics"] and rerun["summary"] == full["summary"]
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="needs the data mirror")
+def test_a_leaderboard_cell_is_checked_by_its_records_numbers(tmp_path, module_env, capsys):
+    """The leaderboard has no published table: a short cell (Laplace through laplace-torch on yacht, its final
+    training with the recorded hyper-parameters) re-runs to its record's numbers, and a moved one fails."""
+    from bnnbench.judge.regression_check import main
+    res = tmp_path / "results"
+    (res / "tables").mkdir(parents=True)
+    shutil.copy(REPO / "results" / "tables" / "uci_leaderboard.csv", res / "tables")
+    cell = Path("uci_leaderboard") / "laplace" / "uci__yacht"
+    shutil.copytree(REPO / "results" / "runs" / cell, res / "runs" / cell)
+    args = dict(only=["uci_leaderboard/laplace/uci/yacht"])
+    assert main(_args(res, tmp_path, **args)) == 0
+    assert "1 re-run cell(s) repeat their records' numbers exactly" in capsys.readouterr().out
+    path = res / "runs" / cell / "record.json"
+    rec = json.loads(path.read_text())
+    rec["summary"]["coverage_90"]["mean"] += 1e-9
+    path.write_text(json.dumps(rec))
+    assert main(_args(res, tmp_path, **args)) == 1
+    assert "uci_leaderboard laplace on uci/yacht: coverage_90.mean recorded" in capsys.readouterr().out

@@ -19,7 +19,8 @@ RES = REPO / "results"
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """A results/ of NNG Table 4's committed records and one figure, with a two-method leaderboard of records."""
+    """A results/ of NNG Table 4's committed records and one figure, with a two-method leaderboard of records and its
+    critical-difference diagram."""
     root = tmp_path_factory.mktemp("results")
     shutil.copy(RES / "README.md", root / "README.md")
     (root / "tables").mkdir()
@@ -38,6 +39,10 @@ def site(tmp_path_factory):
             (d / "record.json").write_text(json.dumps({"status": "ok", "method": m, "dataset": f"uci/{ds}",
                                                        "metrics": rows, "summary": {}}))
     (root / "tables" / "uci_leaderboard.csv").write_text("metric\n")
+    from bnnbench.present.plots import critical_difference_figure
+    from bnnbench.run.config import experiment_spec
+    assert critical_difference_figure(experiment_spec("uci_leaderboard"), root / "runs",
+                                      root / "figures" / "uci_leaderboard_cd.png") is not None
     # a second leaderboard (not the open one): a page of its own, the front page stays the UCI one
     shutil.copytree(RES / "runs" / "nng_mnist_conv", root / "runs" / "nng_mnist_conv")
     (root / "tables" / "nng_mnist_conv.csv").write_text("metric\n")
@@ -64,7 +69,8 @@ def test_every_link_and_image_resolves(site):
     conv = (out / "tables" / "nng_mnist_conv.html").read_text()
     assert "Claims checked" in conv and "noisy K-FAC (NNG-MVG)" in conv
     index = (out / "index.html").read_text()
-    assert "One leaderboard" in index and 'href="tables/nng_mnist_conv.html"' in index
+    assert "The leaderboard" in index and 'href="tables/nng_mnist_conv.html"' in index
+    assert '<img src="figures/uci_leaderboard_cd.png"' in index   # the critical-difference diagram on the front page
     assert "All tables: reproduced 21 of 32 (66%); better 11 (|z| &gt; 4: 1); worse 0" in index
 
 

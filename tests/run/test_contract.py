@@ -232,14 +232,16 @@ def test_hmc_compiled_in_float32_moves_the_chains_as_eager_and_accepts_alike():
 def test_the_compilable_methods_are_the_measured_ones():
     """``compilable`` is declared where the step compiles whole (checked above; measured 1.3-2x faster for BBB, VOGN,
     Vadam, noisy Adam and MC dropout by bench/compile_step.py) and inherited by their variants (Vprop, the MATLAB
-    Vadam, SGD), for HMC, whose proposal compiles whole (bench/hmc_numpyro.py), for SLANG, compiled around its
-    eigensolver (bench/step_ab.py: 1.4-1.8x), for noisy K-FAC and its block-tridiagonal variant (1.1-1.3x), and for
-    the inducing-point families on their MLP (1.5-2.5x; ``compiles_with``: not on their convolutional architectures);
-    K-FAC (the convolutional networks' optimiser) is not."""
+    Vadam, SGD, and the MAP-based baselines of the leaderboard: deep ensembles, SWAG, Laplace), for HMC, whose
+    proposal compiles whole (bench/hmc_numpyro.py), for SLANG, compiled around its eigensolver (bench/step_ab.py:
+    1.4-1.8x), for noisy K-FAC and its block-tridiagonal variant (1.1-1.3x), and for the inducing-point families on
+    their MLP (1.5-2.5x; ``compiles_with``: not on their convolutional architectures); K-FAC (the convolutional
+    networks' optimiser) is not."""
     assert {n for n in BUILT_IN if METHODS[n].compilable} == {"bbb", "vogn", "vadam", "vprop", "vadam_matlab",
                                                              "noisy_adam", "map", "sgd", "mc_dropout", "hmc",
                                                              "slang", "noisy_kfac", "noisy_kfac_blktri",
-                                                             "fac", "li", "gi", "fac_gi", "rand_gi"}
+                                                             "fac", "li", "gi", "fac_gi", "rand_gi",
+                                                             "deep_ensemble", "swag", "laplace", "laplace_ll"}
     for name in ("fac", "li", "gi", "fac_gi", "rand_gi"):
         assert METHODS[name].compiles_with({"arch": "mlp"})
         assert not METHODS[name].compiles_with({"arch": "mnist500_cnn"})

@@ -124,3 +124,20 @@ def test_a_search_ignores_settings_of_another_kind_and_refuses_a_recorded_search
     OmegaConf.update(cfg, "protocol.hpo.n_iter", "many", force_add=True)
     with pytest.raises(ConfigError, match="protocol 'slang_uci', hpo.n_iter"):
         resolve(cfg, CommandLine.parse(["hpo=bo"]))
+
+
+def test_a_methods_own_search_axes_replace_the_data_sets_and_a_list_is_a_box_or_an_error():
+    """leaderboard_uci: MC dropout searches its dropout rate where the others search the prior precision, the same
+    10 configurations; a list of more than two values in a space is refused (version 1's five-element list was read
+    as the box of its first two)."""
+    def spec(method):
+        ov = ["experiment=uci_leaderboard", f"method={method}", "data=uci/yacht"]
+        return resolve(compose(ov), CommandLine.parse(ov))
+    drop, lap = spec("mc_dropout"), spec("laplace")
+    assert drop.space == {"noise_prec": {"log_range": [1.0986, 8.0064]}, "dropout": {"values": [0.01, 0.05]}}
+    assert lap.space == {"noise_prec": {"log_range": [1.0986, 8.0064]}, "prior_prec": {"values": [0.1, 1.0]}}
+    assert lap.method.lr == 0.01 and drop.hpo["grid_points"] == 5
+    cfg = compose(["protocol=leaderboard_uci", "method=map", "data=uci/yacht", "hpo=grid"])
+    OmegaConf.update(cfg, "protocol.datasets.yacht.space.noise_prec", [3, 10, 30], merge=False)
+    with pytest.raises(ConfigError, match=r"\[3, 10, 30\] is neither a box \[lo, hi\].*\{values: \[3, 10, 30\]\}"):
+        resolve(cfg, CommandLine.parse([]))
