@@ -216,7 +216,10 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
     resumed_from = resume.describe()
     if resumed_from:
         log(f"resuming from {resumed_from} (saved in {run_dir})")
-    method = build_method(spec, ds)   # the method's own requirements (task, model) are checked here
+    try:
+        method = build_method(spec, ds)   # the method's own requirements (task, model) are checked here
+    except ValueError as e:
+        raise ConfigError(f"method {spec.method.name} on {ds.name}: {e}") from None
     if method.solved:
         _check_solved(spec, cfg)
     if method.full_batch:

@@ -194,3 +194,18 @@ def test_the_classification_board_runs_a_binary_set_as_two_logits(tmp_path, modu
     rec = json.loads((run_dir(tmp_path, "cls_leaderboard", "laplace_ll", "libsvm/australian") / "record.json")
                      .read_text())
     assert {"accuracy", "nll", "ece"} <= set(rec["summary"]) and 0.5 < rec["summary"]["accuracy"]["mean"] <= 1
+
+
+def test_a_method_that_cannot_take_the_network_is_one_error_line(tmp_path, module_env, monkeypatch, capsys):
+    """A full (dense) Laplace over all 39 760 weights of the MNIST network: refused before any work, with the ways out
+    named."""
+    from datapaths import MIRROR
+    if not (MIRROR / "MANIFEST.md").is_file():
+        pytest.skip("needs the data mirror")
+    monkeypatch.setattr("sys.argv", ["bnnbench"])
+    assert main(["run", "experiment=cls_leaderboard", "method=laplace", "method.hessian_structure=full", "data=mnist",
+                 "hpo=fixed", f"runs_root={tmp_path}", "progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: method laplace on mnist: laplace: 39760 approximated parameters") and \
+        "take hessian_structure=kron or laplace_ll" in err and "Traceback" not in err
+    assert not (tmp_path / "cls_leaderboard").exists()

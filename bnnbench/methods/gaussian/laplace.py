@@ -12,11 +12,13 @@ one scalar), and the GLM (linearised) predictive f(x; theta) = f(x; theta_MAP) +
 Training is MAP's Adam (``point/map.py``) under the protocol's prior. After the last epoch (``posthoc``) each
 replica's network goes to laplace-torch as a ``torch.nn.Sequential``, which fits the curvature on the replica's
 whole training set and tunes delta, as its authors intend. The symmetric square root of the covariance,
-(H / sigma^2 + delta I)^{-1/2} from laplace-torch's decomposed Kronecker factors, is kept in the state as a dense
-matrix over the approximated parameters, so that a replica is sliced and evaluated like any other state: a prediction
-draws delta = root z and pushes it through the network's Jacobian in one forward-mode pass (``torch.func.jvp``), the
-GLM predictive by Monte Carlo as every other method's predictive. The dense root bounds the approximated parameters
-(``MAX_DENSE``): a large network takes ``laplace_ll``.
+(H / sigma^2 + delta I)^{-1/2}, is kept in the state as laplace-torch's decomposition of it, block by block
+(``RootBlock``: per layer's weights, (U_1 (x) U_2) diag(s) (U_1 (x) U_2)^T with U_1, U_2 the eigenvectors of the
+Kronecker factors and s = (l_1 l_2^T + delta)^{-1/2}; per bias, one factor), so that a replica is sliced and evaluated
+like any other state and its memory is that of the factors: a prediction draws delta = root z and pushes it through
+the network's Jacobian in one forward-mode pass (``torch.func.jvp``), the GLM predictive by Monte Carlo as every other
+method's predictive. ``hessian_structure`` full or diag is one block of the approximated parameters' eigenvectors
+(dense: at most ``MAX_DENSE`` of them).
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ import torch
 
 from bnnbench.methods.base import Problem, hyper_state
 from bnnbench.methods.point.map import MAP, MAPConfig, MAPState
-from bnnbench.methods.state import state_class
+from bnnbench.methods.state import Node, state_class
 
-MAX_DENSE = 4000   # approximated parameters whose dense covariance root a replica keeps (128 MB in float64)
+MAX_DENSE = 4000   # approximated parameters of a full or diag Laplace, whose eigenvectors a replica keeps densely
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,21 @@ class LastLayerLaplaceConfig(LaplaceConfig):
 
 
 @state_class
+class RootBlock(Node):
+    """One block of the covariance root, over d_1 d_2 parameters in laplace-torch's order (row-major [d_1, d_2]):
+    root = (U_1 (x) U_2) diag(vec s) (U_1 (x) U_2)^T, i.e. Z -> U_1 ((U_1^T Z U_2) * s) U_2^T on a [d_1, d_2] draw. A
+    layer's weights: U_1, U_2 the eigenvectors of its output and input factors; a bias (or a full or diagonal
+    precision): d_2 = 1, U_2 = [[1]]."""
+    U1: torch.Tensor   # [R, d_1, d_1]
+    U2: torch.Tensor   # [R, d_2, d_2]
+    s: torch.Tensor    # [R, d_1, d_2]
+
+
+@state_class
 class LaplaceState(MAPState):
-    """MAP's state, the covariance root ``root [R, Q, Q]`` over the Q approximated parameters (zero until
-    ``posthoc``: the predictive is then MAP's) and the prior precision delta ``[R]`` laplace-torch settled on."""
-    root: torch.Tensor
+    """MAP's state, the blocks of the covariance root over the approximated parameters (zero until ``posthoc``: the
+    predictive is then MAP's) and the prior precision delta ``[R]`` laplace-torch settled on."""
+    root: tuple[RootBlock, ...]
     delta: torch.Tensor
 
 
@@ -76,16 +89,27 @@ class Laplace(MAP):
         w, b, _, _ = model.slices[-1]
         self.index = (torch.arange(model.n_params) if self.cfg.subset_of_weights == "all"
                       else torch.arange(w.start, b.stop))
-        if len(self.index) > MAX_DENSE:
-            raise ValueError(f"{self.name}: {len(self.index)} approximated parameters exceed the dense covariance "
-                             f"root's bound of {MAX_DENSE}; take laplace_ll (the last layer)")
+        if self.cfg.hessian_structure != "kron" and len(self.index) > MAX_DENSE:
+            raise ValueError(f"{self.name}: {len(self.index)} approximated parameters exceed the bound of {MAX_DENSE} "
+                             f"of a {self.cfg.hessian_structure} Laplace's dense eigenvectors; take "
+                             "hessian_structure=kron or laplace_ll (the last layer)")
+
+    def block_shapes(self) -> list[tuple[int, int]]:
+        """(d_1, d_2) of each root block, in laplace-torch's parameter order: per approximated layer its weights
+        (d_out, d_in) and its bias (d_out, 1) for K-FAC; one (Q, 1) block for a full or diagonal precision."""
+        if self.cfg.hessian_structure != "kron":
+            return [(len(self.index), 1)]
+        layers = self.model.slices if self.cfg.subset_of_weights == "all" else self.model.slices[-1:]
+        return [shape for _, _, d_in, d_out in layers for shape in ((d_out, d_in), (d_out, 1))]
 
     def init(self, problem: Problem, generator: torch.Generator) -> LaplaceState:
         theta = self.init_params(problem, generator)
-        R, Q = theta.shape[0], len(self.index)
+        R = theta.shape[0]
         z = torch.zeros_like(theta)
+        root = tuple(RootBlock(U1=theta.new_zeros(R, d1, d1), U2=theta.new_zeros(R, d2, d2),
+                               s=theta.new_zeros(R, d1, d2)) for d1, d2 in self.block_shapes())
         return self.State(**hyper_state(problem), theta=theta, m=z, v=z.clone(),
-                          t=torch.zeros(R, dtype=torch.long, device=theta.device), root=theta.new_zeros(R, Q, Q),
+                          t=torch.zeros(R, dtype=torch.long, device=theta.device), root=root,
                           delta=problem.prior_prec.mean(1))
 
     def module(self, theta: torch.Tensor) -> torch.nn.Sequential:
@@ -114,7 +138,9 @@ class Laplace(MAP):
         return torch.searchsorted(self.index, order)
 
     def fit_replica(self, theta, x, y, noise_prec, prior_prec):
-        """laplace-torch's posterior for one replica (float64): the ``Laplace`` object, fitted and tuned."""
+        """laplace-torch's posterior for one replica (float64): the ``Laplace`` object, fitted and tuned from the
+        scalar prior precision ``prior_prec`` (``posthoc``: the mean of the replica's per-parameter ones, which the
+        leaderboard's protocols set alike on every parameter)."""
         from laplace import Laplace as LaplaceTorch   # the leaderboard extra (README: make install)
         net = self.module(theta.double())
         regression = self.likelihood == "gaussian"
@@ -132,31 +158,61 @@ class Laplace(MAP):
 
     def posthoc(self, state: LaplaceState, data) -> LaplaceState:
         """Each replica's Laplace posterior on its training rows of ``data`` (``engine.ReplicaData``)."""
-        perm = self.torch_order().to(state.theta.device)
-        inv = torch.argsort(perm)
-        roots, deltas = [], []
+        shapes = self.block_shapes()
+        blocks, deltas = [], []
         for r in range(state.theta.shape[0]):
             if not bool(torch.isfinite(state.theta[r]).all()):   # a diverged replica stays diverged (NaN), unfitted
-                roots.append(torch.full_like(state.root[r], float("nan"), dtype=torch.float64))
+                nan = lambda n, m: torch.full((n, m), float("nan"), dtype=torch.float64)   # noqa: E731
+                blocks.append([(nan(d1, d1), nan(d2, d2), nan(d1, d2)) for d1, d2 in shapes])
                 deltas.append(torch.tensor(float("nan"), dtype=torch.float64))
                 continue
             u = int(data.data_index[r])
             n = int(data.n_train[u])
             la = self.fit_replica(state.theta[r], data.x_train[u, :n], data.y_train[u, :n], state.noise_prec[r]
                                   if state.noise_prec is not None else None, state.prior_prec[r].mean())
-            root = covariance_root(la.posterior_precision)                  # laplace-torch's parameter order
-            roots.append(root[inv][:, inv])
-            deltas.append(la.prior_precision.reshape(-1)[0])
-        return state.replace(root=torch.stack(roots).to(state.theta.dtype),
-                             delta=torch.stack(deltas).to(state.delta.dtype))
+            got = root_blocks(la.posterior_precision)
+            if [tuple(s.shape) for _, _, s in got] != shapes:
+                raise RuntimeError(f"{self.name}: laplace-torch's posterior has blocks "
+                                   f"{[tuple(s.shape) for _, _, s in got]}, expected {shapes}")
+            blocks.append([tuple(t.cpu() for t in b) for b in got])
+            deltas.append(la.prior_precision.reshape(-1)[0].cpu())
+        like = state.theta
+        root = tuple(RootBlock(**{k: torch.stack([b[i][j] for b in blocks]).to(like.device, like.dtype)
+                                  for j, k in enumerate(("U1", "U2", "s"))}) for i in range(len(shapes)))
+        return state.replace(root=root, delta=torch.stack(deltas).to(state.delta.device, state.delta.dtype))
 
     def sample_offsets(self, state, n_samples: int, generator: torch.Generator) -> torch.Tensor:
-        """theta_s - theta_MAP ``[R, S, P]``: root z over the approximated parameters, zero elsewhere."""
+        """theta_s - theta_MAP ``[R, S, P]``: root z over the approximated parameters (z drawn in the flat layout's
+        order, the root applied block by block in laplace-torch's), zero elsewhere."""
         R, P = state.theta.shape
-        Q = state.root.shape[1]
-        z = torch.randn(R, n_samples, Q, generator=generator, device=state.theta.device, dtype=state.theta.dtype)
-        out = state.theta.new_zeros(R, n_samples, P)
-        return out.index_copy(-1, self.index.to(out.device), z @ state.root)
+        index = self.index.to(state.theta.device)
+        z = torch.randn(R, n_samples, len(index), generator=generator, device=state.theta.device,
+                        dtype=state.theta.dtype)
+        perm = self.torch_order().to(z.device)
+        z, out, lo = z[..., perm], [], 0
+        for b in state.root:
+            d1, d2 = b.s.shape[1:]
+            Z = z[..., lo:lo + d1 * d2].reshape(R, n_samples, d1, d2)
+            U1, U2 = b.U1[:, None], b.U2[:, None]
+            out.append((U1 @ ((U1.transpose(-1, -2) @ Z @ U2) * b.s[:, None]) @ U2.transpose(-1, -2))
+                       .reshape(R, n_samples, d1 * d2))
+            lo += d1 * d2
+        delta = torch.empty_like(z).index_copy_(-1, perm, torch.cat(out, -1))   # back to the flat layout's order
+        return state.theta.new_zeros(R, n_samples, P).index_copy(-1, index, delta)
+
+    def dense_root(self, state) -> torch.Tensor:
+        """The root ``[R, Q, Q]`` in the flat layout's order, formed densely from the blocks (tests, small networks):
+        per block (U_1 (x) U_2) diag(vec s) (U_1 (x) U_2)^T, block-diagonal in laplace-torch's order, then permuted."""
+        R, parts = state.theta.shape[0], []
+        for b in state.root:
+            d1, d2 = b.s.shape[1:]
+            U = (b.U1[:, :, None, :, None] * b.U2[:, None, :, None, :]).reshape(R, d1 * d2, d1 * d2)
+            parts.append((U * b.s.reshape(R, 1, -1)) @ U.transpose(-1, -2))
+        theirs = torch.stack([torch.block_diag(*(p[r] for p in parts)) for r in range(R)])
+        perm = self.torch_order().to(theirs.device)
+        ours = torch.empty_like(theirs)
+        ours[:, perm[:, None], perm[None, :]] = theirs
+        return ours
 
     def predict(self, state, x, n_samples, generator):
         theta = state.theta[:, None].expand(-1, n_samples, -1).contiguous()
@@ -165,8 +221,9 @@ class Laplace(MAP):
         return self._predictive(state, f + jd)
 
     def diagnostics(self, state, data) -> dict:
+        how = "marginal likelihood" if self.cfg.prior_tuning == "marglik" else "the protocol's"
         return {"prior_precision": state.delta.tolist(),
-                "summary": f"prior precision (marginal likelihood) {state.delta.min():.3g} .. {state.delta.max():.3g}"}
+                "summary": f"prior precision ({how}) {state.delta.min():.3g} .. {state.delta.max():.3g}"}
 
 
 class LastLayerLaplace(Laplace):
@@ -174,26 +231,23 @@ class LastLayerLaplace(Laplace):
     Config = LastLayerLaplaceConfig
 
 
-def covariance_root(prec) -> torch.Tensor:
-    """The symmetric P^{-1/2} ``[Q, Q]`` of laplace-torch's posterior precision: decomposed Kronecker factors
-    (``KronDecomposed.bmm`` of the identity: its blocks' (Q_1 (x) Q_2) (L_1 (x) L_2 + delta)^{-1/2} (Q_1 (x) Q_2)^T),
-    a dense matrix or a diagonal."""
+def root_blocks(prec) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """``(U_1, U_2, s)`` per block of the root P^{-1/2} of laplace-torch's posterior precision P: from a
+    ``KronDecomposed`` (per block, the eigenvectors and eigenvalues of its one or two factors and its delta:
+    s = (l_1 l_2^T + delta)^{-1/2}, or with laplace-torch's ``damping`` ((l_1 + sqrt delta)(l_2 + sqrt delta)^T)^{-1/2},
+    as ``KronDecomposed.bmm(exponent=-0.5)``), a dense precision (its eigendecomposition) or a diagonal one."""
     if isinstance(prec, torch.Tensor):
         if prec.dim() == 1:
-            return torch.diag(prec.rsqrt())
+            return [(torch.eye(len(prec), dtype=prec.dtype, device=prec.device), torch.ones_like(prec[:1, None]),
+                     prec.rsqrt()[:, None])]
         evals, evecs = torch.linalg.eigh(prec)
-        return (evecs * evals.rsqrt()) @ evecs.T
-    eye = torch.eye(_kron_dim(prec), dtype=torch.float64, device=prec.eigenvalues[0][0].device)
-    root = prec.bmm(eye, exponent=-0.5)
-    return 0.5 * (root + root.T)
-
-
-def _kron_dim(prec) -> int:
-    """The number of parameters a ``KronDecomposed`` spans: per block, the product of its factors' sizes."""
-    n = 0
-    for evals in prec.eigenvalues:
-        k = 1
-        for e in evals:
-            k *= e.numel()
-        n += k
-    return n
+        return [(evecs, torch.ones_like(evals[:1, None]), evals.rsqrt()[:, None])]
+    out = []
+    for ls, Us, delta in zip(prec.eigenvalues, prec.eigenvectors, prec.deltas):
+        if len(ls) == 1:
+            out.append((Us[0], torch.ones_like(ls[0][:1, None]), (ls[0] + delta).rsqrt()[:, None]))
+        elif prec.damping:
+            out.append((Us[0], Us[1], torch.outer(ls[0] + delta.sqrt(), ls[1] + delta.sqrt()).rsqrt()))
+        else:
+            out.append((Us[0], Us[1], (torch.outer(ls[0], ls[1]) + delta).rsqrt()))
+    return out
