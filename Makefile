@@ -5,8 +5,8 @@ PY      = $(VENV)/bin/python
 BNN     = $(VENV)/bin/bnnbench
 TORCH  ?= torch==2.13.0
 RUNS   ?= results/runs
-EXPERIMENTS ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_fig1 gi_fig2 gi_tableG uci_leaderboard uci_leaderboard_x2 cls_leaderboard
-TABLES ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_tableG slang_table3 uci_leaderboard uci_leaderboard_x2 cls_leaderboard   # MNIST's cells are GPU work (device=cuda) or, on a CPU, protocol=slang_mnist_50k
+EXPERIMENTS ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_fig1 gi_fig2 gi_tableG uci_leaderboard uci_leaderboard_x2 uci_leaderboard_x4 cls_leaderboard
+TABLES ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_tableG slang_table3 uci_leaderboard uci_leaderboard_x2 uci_leaderboard_x4 cls_leaderboard   # MNIST's cells are GPU work (device=cuda) or, on a CPU, protocol=slang_mnist_50k
 JOBS   ?= 1
 LAUNCHER ?=        # e.g. joblib, submitit_slurm: each cell one job through Hydra's launcher (docs/cluster.md)
 LAUNCHER_ARGS ?=   # e.g. --partition gpu --time 60 --cpus 2
