@@ -319,8 +319,9 @@ def cd_cliques(ranks: list[float], cd: float) -> list[tuple[int, int]]:
 
 def critical_difference_figure(spec: dict, runs_root: Path, out: Path) -> Path | None:
     """Demsar's (2006) critical-difference diagram of a leaderboard, a panel per metric: each method at its average
-    rank over the data sets that the most methods ran on (all of them once the board is complete), the Nemenyi critical difference CD = q_alpha sqrt(k (k + 1) / (6 n)) as a
-    bar, and a thick line joining each maximal group of methods whose average ranks differ by less than CD."""
+    rank over the data sets that the most methods ran on (all of them once the board is complete), the Nemenyi
+    critical difference CD = q_alpha sqrt(k (k + 1) / (6 n)) as a bar, and a thick line joining each maximal group of
+    methods whose average ranks differ by less than CD."""
     import math
 
     import matplotlib.pyplot as plt
