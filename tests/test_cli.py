@@ -231,6 +231,7 @@ def test_interrupted_final_training_resumes_to_the_same_result(tmp_path, monkeyp
     assert not list((tmp_path / "cut" / "run").glob(".*.pt"))  # checkpoints are removed once the record exists
 
 
+@pytest.mark.e2e
 def test_interrupted_bayesian_optimisation_resumes_to_the_same_choice(tmp_path, monkeypatch):
     import bnnbench.run.execute as execute_mod
     import bnnbench.run.selection as selection_mod

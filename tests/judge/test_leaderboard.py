@@ -181,6 +181,7 @@ def test_rank_stability_compares_the_average_ranks_of_two_boards(runs):
     assert "### LL: Kendall's tau = 1.00" in "\n".join(rank_stability(df, SPEC, SPEC, root))
 
 
+@pytest.mark.e2e
 def test_the_classification_board_runs_a_binary_set_as_two_logits(tmp_path, module_env, monkeypatch):
     """cls_leaderboard's protocol is multiclass: a binary LIBSVM set runs as K = 2 softmax logits (here last-layer
     Laplace through laplace-torch, which takes no single logit)."""
@@ -196,6 +197,7 @@ def test_the_classification_board_runs_a_binary_set_as_two_logits(tmp_path, modu
     assert {"accuracy", "nll", "ece"} <= set(rec["summary"]) and 0.5 < rec["summary"]["accuracy"]["mean"] <= 1
 
 
+@pytest.mark.e2e
 def test_a_method_that_cannot_take_the_network_is_one_error_line(tmp_path, module_env, monkeypatch, capsys):
     """A full (dense) Laplace over all 39 760 weights of the MNIST network: refused before any work, with the ways out
     named."""

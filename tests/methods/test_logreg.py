@@ -330,6 +330,7 @@ def test_exact_full_optimum_is_a_fixed_point_of_the_method_update():
     assert torch.all((new.mean[0] - mean[0]).abs() < 0.02 * sd)
 
 
+@pytest.mark.e2e
 @needs_mirror
 def test_splits_are_the_authors_matlab_splits(env):
     """Full-Gaussian Exact is deterministic, so on the authors' 20 breast-cancer splits (MATLAB
