@@ -23,7 +23,7 @@ install:  ## virtual environment in .venv with bnnbench (editable), the test too
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q -e "examples/my_method[test]"   # the bring-your-own-method example (IVON) and its test
 
-test:  ## fast tests (about 65 s; end-to-end runs and the check of every committed record: make test-e2e; long: make test-slow)
+test:  ## fast tests (about 2 min; end-to-end runs and the check of every committed record: make test-e2e; long: make test-slow)
 	$(PY) -m pytest
 
 test-e2e:  ## end-to-end runs through the CLI, reproduce and worker processes
