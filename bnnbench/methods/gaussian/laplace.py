@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import torch
 
-from bnnbench.methods.base import Problem, hyper_state
 from bnnbench.methods.point.map import MAP, MAPConfig, MAPState
 from bnnbench.methods.state import Node, state_class
 
@@ -102,15 +101,11 @@ class Laplace(MAP):
         layers = self.model.slices if self.cfg.subset_of_weights == "all" else self.model.slices[-1:]
         return [shape for _, _, d_in, d_out in layers for shape in ((d_out, d_in), (d_out, 1))]
 
-    def init(self, problem: Problem, generator: torch.Generator) -> LaplaceState:
-        theta = self.init_params(problem, generator)
+    def extra_state(self, theta, problem):
         R = theta.shape[0]
-        z = torch.zeros_like(theta)
         root = tuple(RootBlock(U1=theta.new_zeros(R, d1, d1), U2=theta.new_zeros(R, d2, d2),
                                s=theta.new_zeros(R, d1, d2)) for d1, d2 in self.block_shapes())
-        return self.State(**hyper_state(problem), theta=theta, m=z, v=z.clone(),
-                          t=torch.zeros(R, dtype=torch.long, device=theta.device), root=root,
-                          delta=problem.prior_prec.mean(1))
+        return dict(root=root, delta=problem.prior_prec.mean(1))
 
     def module(self, theta: torch.Tensor) -> torch.nn.Sequential:
         """The network with parameters ``theta [P]`` as ``torch.nn.Sequential`` (``nn.Linear`` holds W^T)."""

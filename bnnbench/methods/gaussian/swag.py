@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import torch
 
 from bnnbench.methods.adam import adam
-from bnnbench.methods.base import Problem, hyper_state
 from bnnbench.methods.point.map import MAP, MAPConfig, MAPState
 from bnnbench.methods.state import state_class
 
@@ -67,13 +66,11 @@ class SWAG(MAP):
             raise ValueError(f"swag: start_epoch must be at least 1 and scale positive, got {cfg.start_epoch}, "
                              f"{cfg.scale}")
 
-    def init(self, problem: Problem, generator: torch.Generator) -> SWAGState:
-        theta = self.init_params(problem, generator)
+    def extra_state(self, theta, problem):
         R, P = theta.shape
         z = torch.zeros_like(theta)
-        t = torch.zeros(R, dtype=torch.long, device=theta.device)
-        return self.State(**hyper_state(problem), theta=theta, m=z, v=z.clone(), t=t, swa_mean=z.clone(),
-                          swa_sq=z.clone(), dev=z.new_zeros(R, self.cfg.rank, P), n_swa=t.clone())
+        return dict(swa_mean=z, swa_sq=z.clone(), dev=z.new_zeros(R, self.cfg.rank, P),
+                    n_swa=torch.zeros(R, dtype=torch.long, device=theta.device))
 
     def step(self, state, batch, noise, lr_scale=1.0):
         obj, stats, g = self.gradient(state, batch, noise)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from bnnbench.methods.adam import adam
-from bnnbench.methods.base import Problem, hyper_state, likelihood_of
+from bnnbench.methods.base import Problem, likelihood_of
 from bnnbench.methods.point.map import MAP, MAPConfig, MAPState
 from bnnbench.methods.state import state_class
 
@@ -47,14 +47,12 @@ class DeepEnsemble(MAP):
         if cfg.members < 1:
             raise ValueError(f"deep_ensemble: members must be at least 1, got {cfg.members}")
 
-    def init(self, problem: Problem, generator: torch.Generator) -> DeepEnsembleState:
+    def init_params(self, problem: Problem, generator: torch.Generator) -> torch.Tensor:
+        """theta_0 ``[R, M, P]``: R M independent draws, replica r's members draws r, R + r, ..."""
         R, M = problem.n_replicas, self.cfg.members
         lam = problem.prior_prec
         theta = self.model.init(R * M, generator, self.cfg.init_mean, device=lam.device, dtype=lam.dtype)
-        theta = theta.reshape(M, R, -1).transpose(0, 1).contiguous()   # replica r's members: draws r, R + r, ...
-        z = torch.zeros_like(theta)
-        return self.State(**hyper_state(problem), theta=theta, m=z, v=z.clone(),
-                          t=torch.zeros(R, dtype=torch.long, device=theta.device))
+        return theta.reshape(M, R, -1).transpose(0, 1).contiguous()
 
     def objective(self, state, theta, batch, noise):
         """The members' summed objectives ``[R]`` (each member's gradient is its own objective's)."""

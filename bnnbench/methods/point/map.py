@@ -44,7 +44,12 @@ class MAP(Method):
         theta = self.init_params(problem, generator)
         z = torch.zeros_like(theta)
         return self.State(**hyper_state(problem), theta=theta, m=z, v=z.clone(),
-                          t=torch.zeros(problem.n_replicas, dtype=torch.long, device=theta.device))
+                          t=torch.zeros(problem.n_replicas, dtype=torch.long, device=theta.device),
+                          **self.extra_state(theta, problem))
+
+    def extra_state(self, theta: torch.Tensor, problem: Problem) -> dict:
+        """The initial values of the fields a subclass's ``State`` adds to MAP's (SWAG's moments, Laplace's root)."""
+        return {}
 
     def noise(self, state, batch, generator):
         return None
