@@ -231,8 +231,10 @@ def rank_stability(df: pd.DataFrame, spec: Mapping, other_spec: Mapping, runs_ro
     """Markdown: for each metric, the average ranks over ``spec``'s data sets of the methods that ran on all of them on
     both boards (``other_spec``'s board restricted to those data sets and methods, ranked among them alone), side by
     side, and Kendall's tau between the two orders (``scipy.stats.kendalltau``, tau-b): whether the ranking moves when
-    the protocol changes (``leaderboard.compare_with``: the same board at twice the epochs)."""
+    the protocol changes (``leaderboard.compare_with``: the same board at twice the epochs); then the pairs of
+    methods that the paired tests order on each board (:func:`significant_orders`) and those they order oppositely."""
     datasets = list(spec["datasets"])
+    alpha = float(spec["leaderboard"].get("alpha", 0.05))
     label_of = {k: (v or {}).get("label", k) for k, v in (spec.get("methods") or {}).items()}
     mine = {metric: average_ranks(df, metric, datasets).dropna() for metric in spec["leaderboard"]["metrics"]}
     common = sorted(set.intersection(*(set(a.index) for a in mine.values()))) if mine else []
@@ -256,7 +258,46 @@ def rank_stability(df: pd.DataFrame, spec: Mapping, other_spec: Mapping, runs_ro
                 f"| method | here | {other_spec['name']} |", "|---|--:|--:|"]
         for lab in ours[keep].sort_values().index:
             out.append(f"| {label_of.get(lab, lab)} | {ours[lab]:.2f} | {theirs[lab]:.2f} |")
+        flips = significant_orders(spec, other_spec, runs_root, list(ours[keep].index), metric)
+        n = {k: sum(len(v) for v in flips[k].values()) for k in flips}
+        out += ["", f"Pairs of methods per data set ordered by the paired Wilcoxon test at alpha = {alpha}: "
+                    f"{n['kept']} in the same order on both boards, **{n['reversed']} in the opposite order**, "
+                    f"{n['lost']} separated here only, {n['gained']} in {other_spec['name']} only."]
+        out += [f"- reversed on {ds.split('/')[-1]}: " + ", ".join(f"{label_of.get(a, a)} ahead of "
+                                                                   f"{label_of.get(b, b)} here" for a, b in pairs)
+                for ds, pairs in flips["reversed"].items() if pairs]
         out.append("")
+    return out
+
+
+def significant_orders(spec: Mapping, other_spec: Mapping, runs_root, labels: list[str],
+                       metric: str) -> dict[str, dict[str, list[tuple[str, str]]]]:
+    """The pairs (a, b) of ``labels`` on each of ``spec``'s data sets that a paired two-sided Wilcoxon signed-rank test
+    over the shared splits orders at ``alpha`` (the score's mean difference gives the direction), compared between
+    the two boards: ``kept`` (the same order on both), ``reversed`` (a ahead here, b ahead on ``other_spec``),
+    ``lost`` (ordered here only), ``gained`` (there only). Pairs with a diverged run are left out. The finer reading
+    of "the ranking does not change": a rank that moves between methods the test does not separate is not a change
+    the board claims."""
+    alpha = float(spec["leaderboard"].get("alpha", 0.05))
+    score = _score(spec["leaderboard"]["metrics"][metric])
+    mine, theirs = (per_split({**s, "datasets": list(spec["datasets"])}, Path(runs_root), labels)
+                    for s in (spec, other_spec))
+    out = {k: {ds: [] for ds in spec["datasets"]} for k in ("kept", "reversed", "lost", "gained")}
+
+    def order(values, a, b, ds):
+        """+1: a ahead of b, -1: b ahead, 0: not separated at alpha."""
+        sa, sb = score(values[(a, ds, metric)]), score(values[(b, ds, metric)])
+        return 0 if _paired_p(sa, sb) >= alpha else int(np.sign((sa - sb).mean()))
+
+    for ds in spec["datasets"]:
+        have = [lab for lab in labels if (lab, ds, metric) in mine and (lab, ds, metric) in theirs]
+        for i, a in enumerate(have):
+            for b in have[i + 1:]:
+                here, there = order(mine, a, b, ds), order(theirs, a, b, ds)
+                if here and there:
+                    out["kept" if here == there else "reversed"][ds].append((a, b) if here > 0 else (b, a))
+                elif here or there:
+                    out["lost" if here else "gained"][ds].append((a, b) if (here or there) > 0 else (b, a))
     return out
 
 

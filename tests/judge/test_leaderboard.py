@@ -181,6 +181,37 @@ def test_rank_stability_compares_the_average_ranks_of_two_boards(runs):
     assert "### LL: Kendall's tau = 1.00" in "\n".join(rank_stability(df, SPEC, SPEC, root))
 
 
+def test_significant_orders_count_the_pairs_the_paired_tests_order_on_both_boards(runs):
+    """Against a board with every LL negated, each pair the Wilcoxon test separates (looped over by hand with scipy)
+    is reversed and none kept; against itself each is kept. A pair the test does not separate (m2 and mine on b, the
+    same values) is in no list."""
+    from bnnbench.judge.leaderboard import significant_orders
+    root, vals = runs
+    for (m, ds), v in vals.items():
+        d = run_dir(root, "lb2", m, ds)
+        d.mkdir(parents=True)
+        (d / "record.json").write_text(json.dumps({"status": "ok", "metrics": [
+            {"split": str(i), "ll": float(-a), "rmse": float(a)} for i, a in enumerate(v)]}))
+    common = ["m1", "m2", "m3", "mine"]
+    separated = {ds: sorted((a, b) if vals[(a, ds)].mean() > vals[(b, ds)].mean() else (b, a)
+                            for i, a in enumerate(common) for b in common[i + 1:]
+                            if np.any(vals[(a, ds)] != vals[(b, ds)])
+                            and stats.wilcoxon(vals[(a, ds)], vals[(b, ds)]).pvalue < 0.05)
+                 for ds in SPEC["datasets"]}
+    assert len(separated["uci/a"]) == 6 and len(separated["uci/b"]) == 5
+    flips = significant_orders(SPEC, {**SPEC, "name": "lb2"}, root, common, "ll")
+    assert {ds: sorted(p) for ds, p in flips["reversed"].items()} == separated
+    assert not any(flips["kept"].values()) and not any(flips["lost"].values()) and not any(flips["gained"].values())
+    assert all(("m2", "mine") not in p and ("mine", "m2") not in p for k in flips for p in [flips[k]["uci/b"]])
+    same = significant_orders(SPEC, SPEC, root, common, "ll")
+    assert {ds: sorted(p) for ds, p in same["kept"].items()} == separated and not any(same["reversed"].values())
+    df = build_leaderboard(SPEC, root)
+    from bnnbench.judge.leaderboard import rank_stability
+    n = sum(map(len, separated.values()))
+    assert f"0 in the same order on both boards, **{n} in the opposite order**" in "\n".join(
+        rank_stability(df, SPEC, {**SPEC, "name": "lb2"}, root))
+
+
 @pytest.mark.e2e
 def test_the_classification_board_runs_a_binary_set_as_two_logits(tmp_path, module_env, monkeypatch):
     """cls_leaderboard's protocol is multiclass: a binary LIBSVM set runs as K = 2 softmax logits (here last-layer
