@@ -64,6 +64,18 @@ GI_CELL_S = {"fac": 211, "fac_gi": 220, "li": 235, "gi": 441}
 GI_PROCS = 4
 GI_START_S = 30
 
+# The classification board's MNIST column (protocol leaderboard_cls: 784-50-10, minibatch 32, 100 epochs): a search of
+# 10 configurations trained together on the replica axis on 48 000 rows, then the final training on 60 000, so
+# 100 x 1500 + 100 x 1875 steps a cell. Per step on the H200: bench_step_ratios' and bench_mnist_epoch's (2026-11-26)
+# launch-bound steps of the larger 784-400-400-10 net, the nearest measured (Adam 2.1 ms; the 4-sample steps BBB 3.3,
+# SLANG L = 1 12.0 ms; noisy K-FAC at T_inv = 1 as its UCI step, 4.0 ms; the ensemble's members and the 10 replicas
+# ride the same kernels)
+CLS_MNIST_STEPS = 100 * 1500 + 100 * 1875
+CLS_MNIST_MS = {"map": 2.1, "deep_ensemble": 2.1, "swag": 2.1, "laplace": 2.1, "laplace_ll": 2.1, "bbb": 3.3,
+                "vogn": 3.3, "vadam": 3.3, "vprop": 3.3, "noisy_adam": 3.3, "noisy_kfac": 4.0, "slang": 12.0}
+CLS_MNIST_OVERHEAD_S = 60   # start-up, MNIST load, the search's scoring, the Laplace fit, 100-sample evaluation
+CLS_PROCS = 6
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -94,8 +106,14 @@ class Entry:
         return self.argv[2] if self.kind == "reproduce" else None
 
     def labels(self, tiny: bool = False) -> list[str] | None:
+        return self._option("--label", tiny)
+
+    def datasets(self, tiny: bool = False) -> list[str] | None:
+        return self._option("--data", tiny)
+
+    def _option(self, flag: str, tiny: bool) -> list[str] | None:
         argv = self.tiny if tiny else self.argv
-        return argv[argv.index("--label") + 1].split(",") if "--label" in argv else None
+        return argv[argv.index(flag) + 1].split(",") if flag in argv else None
 
 
 def _slang(L: int) -> Entry:
@@ -191,6 +209,26 @@ QUEUE: list[Entry] = [
                 f"+ {GI_START_S} s start-up; results/README: 12-15 min for the 9",
     ),
     Entry(
+        name="cls_leaderboard_mnist",
+        what="The classification board's MNIST column (issue 33): the 12 methods of cls_leaderboard under protocol "
+             f"leaderboard_cls, {CLS_PROCS} processes sharing the GPU and the column's cells",
+        argv=("bnnbench", "reproduce", "cls_leaderboard", "--data", "mnist", "device=cuda", "threads=2",
+              "progress=false"),
+        tiny=("bnnbench", "reproduce", "cls_leaderboard", "--data", "mnist", "--label", "map,laplace_ll",
+              "device=cpu", "threads=1", "progress=false", "protocol.epochs=1", "protocol.subset={train: 256, "
+              "test: 128}", "protocol.eval_samples=4", "protocol.hpo.eval_samples=2", "protocol.hpo.grid_points=2"),
+        protocol="leaderboard_cls", tiny_protocol="leaderboard_cls", procs=CLS_PROCS,
+        cpu="about 12 h",
+        cpu_cost="about an hour of one core a cell, 12 cells (MAP 4.8 s, BBB 9.8 s an epoch at one replica; the "
+                 "search trains 10 at once for 100 epochs, then the final 100)",
+        cpu_measured="bnnbench run experiment=cls_leaderboard method=map data=mnist protocol.epochs=1 hpo=fixed "
+                     "(and method=bbb; 1 thread, 2026-11-27)",
+        gpu_how=f"{CLS_MNIST_STEPS} steps a cell (the search's 100 x 1500 and the final 100 x 1875) x the H200 step "
+                f"of its method (bench_step_ratios / bench_mnist_epoch on the 784-400-400-10 net, launch-bound: "
+                f"Adam 2.1, 4-sample 3.3, SLANG L = 1 12.0 ms) + {CLS_MNIST_OVERHEAD_S} s, the cells taken in order "
+                f"by {CLS_PROCS} processes (not measured on the GPU: the first lease's log gives the real time)",
+    ),
+    Entry(
         name="bench_conv_step_ratios",
         what="GPU timing: the convolutional methods' steps against SGD's on the MNIST VGG-style network and on "
              "noisy natural gradient's halved VGG16 at CIFAR-10's image size, with the flop floors "
@@ -251,8 +289,9 @@ def cells(entry: Entry, tiny: bool = False) -> list[tuple[str, str]]:
     """(label, data set) of each cell the entry runs (the experiment's cells, those of ``--label`` only)."""
     from bnnbench.run.config import cell_label, experiment_spec
     spec = experiment_spec(entry.experiment)
-    keep = entry.labels(tiny)
-    return [(cell_label(c), c["data"]) for c in spec["runs"] if keep is None or cell_label(c) in keep]
+    keep, data = entry.labels(tiny), entry.datasets(tiny)
+    return [(cell_label(c), c["data"]) for c in spec["runs"]
+            if (keep is None or cell_label(c) in keep) and (data is None or c["data"] in data)]
 
 
 def record_at(runs_root: Path, experiment: str, label: str, data: str) -> dict | None:
@@ -306,6 +345,10 @@ def estimate(entry: Entry, ctx: Ctx, left: list[str] | None = None) -> float | N
                 ms = H200_ADAM_MS * H200_SLANG_RATIO[L] * SAMPLES_4_OVER_1
             total += SLANG_STEPS * (1 - resumed_fraction(ctx, entry.experiment, label)) * ms / 1e3 + SLANG_OVERHEAD_S
         return total
+    if entry.experiment == "cls_leaderboard":
+        labels = left if left is not None else [label for label, _ in cells(entry)]
+        return makespan([CLS_MNIST_STEPS * CLS_MNIST_MS[label] / 1e3 + CLS_MNIST_OVERHEAD_S for label in labels],
+                        entry.procs) if labels else 0.0
     if entry.experiment == "gi_mnist500":
         labels = left if left is not None else [label for label, _ in cells(entry)]
         if not labels:

@@ -290,7 +290,8 @@ def cmd_plot(args) -> int:
     fig = spec.get("figure") or {}
     if spec.get("leaderboard"):
         out = critical_difference_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_cd.png")
-        print(f"wrote {out}" if out else f"no leaderboard records of {args.experiment} under {args.runs_root}")
+        print(f"wrote {out}" if out else f"no critical-difference diagram of {args.experiment}: it needs two methods "
+              f"on two data sets among the records under {args.runs_root}")
     if fig.get("convergence", True):
         out = convergence_figure(spec, Path(args.runs_root), Path(args.out) / f"{args.experiment}_convergence.png")
         print(f"wrote {out}" if out else f"no run histories of {args.experiment} under {args.runs_root}")

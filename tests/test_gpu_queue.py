@@ -62,6 +62,19 @@ def test_dry_run_with_a_budget_says_what_runs_and_what_is_skipped(tmp_path, caps
         gq.main(["--dry-run", "--only", "nosuch"])
 
 
+def test_the_classification_boards_mnist_column_is_its_cells_on_mnist_priced_per_method(tmp_path):
+    """--data keeps the column: the experiment's 12 methods on MNIST; each cell's GPU time is its method's step times
+    the protocol's steps, the cells shared by the entry's processes in order."""
+    e = next(e for e in gq.QUEUE if e.name == "cls_leaderboard_mnist")
+    cells = gq.cells(e)
+    assert len(cells) == 12 and {d for _, d in cells} == {"mnist"}
+    assert {lab for lab, _ in cells} == set(gq.CLS_MNIST_MS)
+    one = [gq.CLS_MNIST_STEPS * gq.CLS_MNIST_MS[lab] / 1e3 + gq.CLS_MNIST_OVERHEAD_S for lab, _ in cells]
+    assert gq.estimate(e, _ctx(tmp_path)) == pytest.approx(gq.makespan(one, e.procs))
+    assert gq.estimate(e, _ctx(tmp_path), ["map"]) == pytest.approx(one[0])
+    assert gq.pending(e, _ctx(tmp_path)) == [lab for lab, _ in cells]
+
+
 def test_budget_skips_what_does_not_fit_and_runs_what_does():
     a, b, c, d = (_entry(n) for n in "abcd")
     e = _entry("e", resumable=False)
@@ -160,8 +173,8 @@ def _finite(x):
 def test_tiny_queue_runs_table3_and_the_benchmarks_on_the_cpu(tmp_path, module_env):
     """`make gpu-queue ARGS=--tiny`: every command of the queue with tiny settings on the CPU (about 60 s here). App. F
     is left out for time (its tiny command: `--tiny --only gi_mnist500`)."""
-    names = ["bench_step_ratios", "bench_mnist_epoch", "slang_L1", "slang_L8", "slang_L32", "bench_conv_step_ratios",
-             "nng_mnist_conv_long"]
+    names = ["bench_step_ratios", "bench_mnist_epoch", "slang_L1", "slang_L8", "slang_L32", "cls_leaderboard_mnist",
+             "bench_conv_step_ratios", "nng_mnist_conv_long"]
     runs = tmp_path / "runs"
     p = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_queue.py"), "--tiny", "--runs-root", str(runs),
                         "--only", ",".join(names)], capture_output=True, text=True, cwd=REPO, timeout=400,
@@ -175,6 +188,9 @@ def test_tiny_queue_runs_table3_and_the_benchmarks_on_the_cpu(tmp_path, module_e
         assert (d / "history.json").exists() and not list(d.glob(".*.pt"))
         assert all(math.isfinite(m[k]) for m in rec["metrics"] for k in ("error", "nll", "ece"))
         assert 0 <= rec["summary"]["error"]["mean"] <= 1
+    recs = sorted((runs / "cls_leaderboard").rglob("record.json"))   # the --data column only, of the --label cells
+    assert [r.relative_to(runs).parts[1:3] for r in recs] == [("laplace_ll", "mnist"), ("map", "mnist")]
+    assert all(0 <= json.loads(r.read_text())["summary"]["accuracy"]["mean"] <= 1 for r in recs)
     recs = list((runs / "nng_mnist_conv_long").rglob("record.json"))
     assert len(recs) == 5 and all(_finite(json.loads(r.read_text())["summary"]) for r in recs)
     out = tmp_path / "gpu_queue"
