@@ -132,6 +132,18 @@ def average_ranks(df: pd.DataFrame, metric: str, datasets: list[str]) -> pd.Seri
     return piv.mean(axis=1).where(piv.notna().all(axis=1))
 
 
+def ranked_datasets(df: pd.DataFrame, spec: Mapping, metric: str) -> list[str]:
+    """The data sets on which the most methods of the board (``spec``'s own, not those added with ``--label``) have
+    a finished or diverged run (every data set once the board is complete): the average ranks, the Friedman test and
+    the critical difference are taken over these, so that a board part-way run still ranks, and a user's method run
+    on one data set does not shrink them."""
+    sub = df[df["metric"] == metric]
+    own = set(spec.get("methods") or {})
+    count = {ds: len(own & set(sub[sub["dataset"] == ds]["method"])) for ds in spec["datasets"]}
+    most = max(count.values(), default=0)
+    return [ds for ds in spec["datasets"] if most and count[ds] == most]
+
+
 def friedman(df: pd.DataFrame, metric: str, datasets: list[str]) -> tuple[float, float, int, int]:
     """(chi^2, p, k methods, n data sets) of the Friedman test of the ranks (methods ranked on every data set)."""
     piv = df[df["metric"] == metric].pivot(index="dataset", columns="method", values="rank").reindex(datasets)
@@ -161,11 +173,15 @@ def render_leaderboard(df: pd.DataFrame, spec: Mapping) -> str:
         sub = df[df["metric"] == metric]
         if sub.empty:
             continue
-        avg = average_ranks(df, metric, datasets)
-        chi2, p, k, n = friedman(df, metric, datasets)
+        ranked = ranked_datasets(df, spec, metric)
+        avg = average_ranks(df, metric, ranked) if ranked else pd.Series(dtype=float)
+        chi2, p, k, n = friedman(df, metric, ranked)
         order = sorted(sub["method"].unique(), key=lambda lab: (math.isnan(avg.get(lab, float("nan"))),
                                                                   avg.get(lab, float("nan"))))
         out += [f"## {m.get('label', metric)} ({_direction(m)})", "",
+                *([] if ranked == datasets else [
+                    "Average rank: over " + (", ".join(d.split("/")[-1] for d in ranked) if ranked else "no data set")
+                    + ", the data sets on which the most of the board's methods have run so far.", ""]),
                 "| method | " + " | ".join(d.split("/")[-1] for d in datasets) + " | average rank |",
                 "|---|" + "--:|" * len(datasets) + "--:|"]
         for lab in order:

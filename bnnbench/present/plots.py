@@ -319,24 +319,24 @@ def cd_cliques(ranks: list[float], cd: float) -> list[tuple[int, int]]:
 
 def critical_difference_figure(spec: dict, runs_root: Path, out: Path) -> Path | None:
     """Demsar's (2006) critical-difference diagram of a leaderboard, a panel per metric: each method at its average
-    rank over the data sets that the most methods ran on (all of them once the board is complete), the Nemenyi
+    rank over the data sets that the most of the board's methods have run on (``ranked_datasets``: all of them once
+    the board is complete; a method added with ``--label`` is drawn where it ran on all of those), the Nemenyi
     critical difference CD = q_alpha sqrt(k (k + 1) / (6 n)) as a bar, and a thick line joining each maximal group of
     methods whose average ranks differ by less than CD."""
     import math
 
     import matplotlib.pyplot as plt
 
-    from bnnbench.judge.leaderboard import average_ranks, build_leaderboard, q_nemenyi
+    from bnnbench.judge.leaderboard import average_ranks, build_leaderboard, q_nemenyi, ranked_datasets
     df = build_leaderboard(spec, runs_root)
     if df.empty:
         return None
-    lb, datasets = spec["leaderboard"], list(spec["datasets"])
+    lb = spec["leaderboard"]
     label_of = {k: (v or {}).get("label", k) for k, v in (spec.get("methods") or {}).items()}
     alpha = float(lb.get("alpha", 0.05))
     panels = []
-    for metric, m in lb["metrics"].items():   # over the data sets with the most methods (a board part-way run)
-        count = {ds: df[(df["metric"] == metric) & (df["dataset"] == ds)]["method"].nunique() for ds in datasets}
-        used = [ds for ds in datasets if count[ds] and count[ds] == max(count.values())]
+    for metric, m in lb["metrics"].items():
+        used = ranked_datasets(df, spec, metric)
         avg = average_ranks(df, metric, used).dropna().sort_values()
         if len(avg) >= 2 and len(used) >= 2:
             panels.append((m.get("label", metric), avg, len(used)))

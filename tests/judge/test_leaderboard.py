@@ -69,6 +69,30 @@ def test_average_ranks_and_the_critical_difference(runs):
     assert f"{cd:.2f} ranks" in md and "| One | **" in md and "mine" in md   # an added method gets its column
 
 
+def test_a_board_part_way_run_ranks_over_the_data_sets_all_its_methods_ran_on(runs):
+    """A third data set where m3 (a method of the board) has not run: the average ranks and the Friedman test are over
+    a and b alone, the table says so; a method added with --label that ran on a alone (``yours``) does not shrink
+    them (it is not counted and gets no average)."""
+    from bnnbench.judge.leaderboard import friedman, ranked_datasets
+    root, vals = runs
+    spec = {**SPEC, "datasets": ["uci/a", "uci/b", "uci/c"]}
+    for m in ("m1", "m2", "mine"):
+        _record(root, m, "uci/c", vals[(m, "uci/a")], -vals[(m, "uci/a")])
+    _record(root, "yours", "uci/a", vals[("m1", "uci/a")] + 0.5, -vals[("m1", "uci/a")])
+    df = build_leaderboard(spec, root)
+    assert ranked_datasets(df, spec, "ll") == ["uci/a", "uci/b"]
+    ranks = df[df.metric == "ll"].pivot(index="method", columns="dataset", values="rank")
+    md = render_leaderboard(df, spec)
+    assert "Average rank: over a, b, the data sets on which the most of the board's methods have run so far." in md
+    m1 = next(line for line in md.splitlines() if line.startswith("| One |"))
+    assert m1.endswith(f"| {ranks.loc['m1', ['uci/a', 'uci/b']].mean():.2f} |")
+    assert next(line for line in md.splitlines() if line.startswith("| yours |")).endswith("|  |")
+    chi2, _, k, n = friedman(df, "ll", ["uci/a", "uci/b"])
+    assert (k, n) == (4, 2) and f"chi^2 = {chi2:.2f}" in md
+    # complete: no such line
+    assert "Average rank: over" not in render_leaderboard(build_leaderboard(SPEC, root), SPEC)
+
+
 def test_reproduce_adds_a_registered_method_of_yours_to_an_open_leaderboard(tmp_path, monkeypatch, capsys):
     import bnnbench.cli as cli
     ran = []
