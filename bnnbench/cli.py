@@ -44,7 +44,8 @@ examples:
 
 The options of every group: `bnnbench list` (datasets, methods, models, protocols, experiments).
 Exit status: 0 done (or already recorded), 2 a configuration or data problem (nothing ran), 3 the run failed
-(failed.json says why), 130 interrupted by Ctrl-C, 143 stopped by SIGTERM (the same command resumes either)."""
+(failed.json says why; the same configuration is not run again unless retry_failed=true), 130 interrupted by
+Ctrl-C, 143 stopped by SIGTERM (the same command resumes either)."""
 
 
 def run_one(cfg, overrides: list[str]) -> int:

@@ -83,6 +83,30 @@ def test_divergence_writes_failure_and_no_record(tmp_path):
     assert failed["status"] == "failed" and "non-finite" in failed["reason"]
 
 
+def test_a_recorded_failure_is_not_rerun_unless_asked(tmp_path, monkeypatch):
+    """The same configuration again fails at once with the recorded reason, training nothing; ``retry_failed=true``
+    (or ``skip_done=false``) trains it again; another configuration in the directory is not held back by it."""
+    import bnnbench.run.execute as ex
+    (tmp_path / "run").mkdir()
+    with pytest.raises(DivergenceError):
+        _run(tmp_path, "method.lr=1e30")
+    failed = tmp_path / "run" / "failed.json"
+    reason, mtime = json.loads(failed.read_text())["reason"], failed.stat().st_mtime_ns
+    trained = []
+    real_train = ex._train
+    monkeypatch.setattr(ex, "_train", lambda *a, **k: trained.append(1) or real_train(*a, **k))
+    with pytest.raises(ex.RecordedFailure, match=r"non-finite.*an earlier run of this config.*retry_failed=true"):
+        _run(tmp_path, "method.lr=1e30")
+    assert trained == [] and failed.stat().st_mtime_ns == mtime and reason in json.loads(failed.read_text())["reason"]
+    for again in ("retry_failed=true", "skip_done=false"):
+        with pytest.raises(DivergenceError) as e:
+            _run(tmp_path, "method.lr=1e30", again)
+        assert not isinstance(e.value, ex.RecordedFailure)
+    assert trained == [1, 1] and failed.stat().st_mtime_ns != mtime
+    rec = _run(tmp_path)   # another configuration runs, and its record replaces the failure
+    assert rec["status"] == "ok" and not failed.exists()
+
+
 def test_a_precision_that_is_not_positive_definite_is_recorded_as_a_failure(tmp_path):
     """full_gaussian's float32 precision on an MLP loses positive definiteness in its first epoch: the run stops, and
     failed.json names the Cholesky failure (no crash, no record)."""

@@ -139,9 +139,18 @@ class Trained:
     active_learning: dict | None = None
 
 
+class RecordedFailure(DivergenceError):
+    """The run directory's ``failed.json`` records a failure of this very configuration, which on a CPU repeats: it is
+    not run again unless ``retry_failed=true`` (or ``skip_done=false``)."""
+
+
 def _reuse_or_refuse(run_dir: Path, chash: str, resolved: dict, cfg, log) -> dict | None:
     """A finished record of this configuration in ``run_dir`` (reused), else None; ``ConfigError`` where the
-    directory holds a record of another configuration (unless ``skip_done=false``)."""
+    directory holds a record of another configuration (unless ``skip_done=false``); ``RecordedFailure`` where it
+    records this configuration's failure (unless ``retry_failed=true``)."""
+    reason = results.recorded_failure(run_dir, chash) if cfg.get("skip_done", True) else None
+    if reason is not None and not cfg.get("retry_failed", False):
+        raise RecordedFailure(f"{reason} (an earlier run of this configuration; retry_failed=true runs it again)")
     existing = results.load_record(run_dir)
     if existing is None or not cfg.get("skip_done", True):
         return None

@@ -248,6 +248,19 @@ def load_record(run_dir: Path) -> dict | None:
         return None
 
 
+def recorded_failure(run_dir: Path, chash: str) -> str | None:
+    """The reason ``failed.json`` gives where it records a failure of exactly this configuration (the hash recomputed
+    from the configuration it stores, as ``is_done`` does for records), else ``None``."""
+    try:
+        with open(Path(run_dir) / FAILED) as f:
+            failed = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if "config" not in failed or stored_config_hash(failed) != chash:
+        return None
+    return str(failed.get("reason", "no reason recorded"))
+
+
 def is_done(run_dir: Path, chash: str) -> bool:
     """A finished record exists for exactly this configuration (its hash is recomputed from the
     configuration stored in the record, so records outlive changes of the hashing)."""
