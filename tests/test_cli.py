@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -253,6 +254,38 @@ def test_interrupted_final_training_resumes_to_the_same_result(tmp_path, monkeyp
     assert resumed["metrics"] == ref["metrics"]
     assert resumed["wall_time_s"] >= resumed["train_time_s"] >= 1000  # the time before the interruption counts
     assert not list((tmp_path / "cut" / "run").glob(".*.pt"))  # checkpoints are removed once the record exists
+
+
+def test_a_grid_search_interrupted_part_way_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    """The grid's one round checkpoints while it trains: cut after its epoch-2 checkpoint, the same command says so,
+    trains the round's last two epochs only, and chooses and scores exactly as an uninterrupted run."""
+    import bnnbench.run.engine as engine
+    ov = ["hpo=grid", "hpo.grid_points=2", "hpo.folds=2", "protocol.epochs=4", "checkpoint_every=2"]
+    ref = _run(tmp_path / "ref", *ov)
+    real_save = results.save_checkpoint
+
+    def cut(path, payload):
+        real_save(path, payload)
+        if "-round0" in Path(path).name:
+            raise _Interrupt
+
+    monkeypatch.setattr(results, "save_checkpoint", cut)
+    with pytest.raises(_Interrupt):
+        _run(tmp_path / "cut", *ov)
+    monkeypatch.setattr(results, "save_checkpoint", real_save)
+    run_dir = tmp_path / "cut" / "run"
+    assert not (run_dir / "record.json").exists() and len(list(run_dir.glob(".hpo-*-round0.pt"))) == 1
+    epochs = []
+    real_step = engine.epoch_batches
+    monkeypatch.setattr(engine, "epoch_batches", lambda *a, **k: epochs.append(1) or real_step(*a, **k))
+    said = []
+    ov_cut = ["method=bbb", "data=uci/yacht", *TINY, *ov]
+    resumed = execute(compose(ov_cut), ov_cut, run_dir, log=said.append)
+    assert "resuming from epoch 2 of search round 1" in said[0]
+    assert len(epochs) == 2 + 4   # the round's epochs 3 and 4, then the final training's 4
+    assert resumed["hparams"] == ref["hparams"] and resumed["hpo_trace"] == ref["hpo_trace"]
+    assert resumed["metrics"] == ref["metrics"]
+    assert not list(run_dir.glob(".*.pt"))   # every resume file removed once the record exists
 
 
 @pytest.mark.e2e

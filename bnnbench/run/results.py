@@ -101,8 +101,9 @@ def _remove_if_empty(dirs: list[Path]) -> None:
 
 class ResumeFiles:
     """The resume state of an unfinished run of configuration ``chash`` in ``run_dir``: the finished rounds of
-    its Bayesian optimisation (``hpo``), the final training's checkpoint (``fit``; worker chunks and stages
-    add suffixes to its name) and each finished stage of a staged protocol (``stages``)."""
+    its hyper-parameter search (``hpo``; Bayesian optimisation's rounds or the grid's one) and the checkpoints of a
+    round part-trained (``rounds()``: ``.hpo-<hash>-round<k>.pt``), the final training's checkpoint (``fit``; worker
+    chunks and stages add suffixes to its name) and each finished stage of a staged protocol (``stages``)."""
 
     def __init__(self, run_dir: Path, chash: str, n_stages: int = 0):
         self.dir, self.chash = Path(run_dir), chash
@@ -110,9 +111,13 @@ class ResumeFiles:
         self.fit = self.dir / f".checkpoint-{chash}.pt"
         self.stages = [self.dir / f".stage{k}-{chash}.pt" for k in range(n_stages)]
 
+    def rounds(self) -> list[Path]:
+        """The checkpoints of search rounds' trainings (``selection.round_checkpoint``; worker chunks' parts too)."""
+        return sorted(self.dir.glob(f".hpo-{self.chash}-round*.pt"))
+
     def existing(self) -> list[Path]:
-        return [p for p in (self.hpo, self.fit, *self.stages, *self.dir.glob(f".checkpoint-{self.chash}-*.pt"))
-                if p.exists()]
+        return [p for p in (self.hpo, self.fit, *self.stages, *self.dir.glob(f".checkpoint-{self.chash}-*.pt"),
+                            *self.rounds()) if p.exists()]
 
     def remove(self) -> None:
         for p in self.existing():
@@ -134,8 +139,14 @@ class ResumeFiles:
         """What a run of this configuration resumes from (``None``: nothing saved); reads the saved epoch and rounds."""
         import torch
         said = []
-        if self.hpo.exists():
-            said.append(f"{len(torch.load(self.hpo, weights_only=False))} finished hyper-parameter search round(s)")
+        done = len(torch.load(self.hpo, weights_only=False)) if self.hpo.exists() else 0
+        if done:
+            said.append(f"{done} finished hyper-parameter search round(s)")
+        stem = f".hpo-{self.chash}-round{done}"
+        part = [p for p in self.rounds() if p.name == f"{stem}.pt" or p.name.startswith(f"{stem}-part")]
+        if part:
+            epoch = min(torch.load(p, weights_only=False, map_location="cpu")["epoch"] for p in part)
+            said.append(f"epoch {epoch} of search round {done + 1}")
         stages = sum(p.exists() for p in self.stages)
         if stages:
             said.append(f"{stages} finished training stage(s)")

@@ -31,7 +31,8 @@ class _FoldScores:
     split of a round one batched program (``fit_replicas``), scored by the mean over folds of ``hpo.metric`` (a
     diverged or non-finite fit scores ``hpo.failed_score``); ``trace`` keeps every evaluated candidate per split."""
 
-    def __init__(self, spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress, workers, compile):
+    def __init__(self, spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress, workers, compile,
+                 checkpoint_every: int = 10):
         hpo = spec.hpo
         self.spec, self.ds, self.names = spec, ds, list(spec.space)
         K = hpo["folds"]
@@ -46,14 +47,18 @@ class _FoldScores:
         self.gen = torch.Generator(device=device).manual_seed(seed + 1)
         self.trace = [[] for _ in splits]
         self.fit_options = dict(device=device, dtype=dtype, stop_on_divergence=False,
-                                eval_samples=hpo["eval_samples"], progress=progress, compile=compile)
+                                eval_samples=hpo["eval_samples"], progress=progress, compile=compile,
+                                checkpoint_every=checkpoint_every)
         self.workers = workers
 
     def hparams(self, point) -> dict:
         return _hp_dict(self.names, self.spec.space, point)
 
-    def __call__(self, cands) -> tuple[np.ndarray, float]:
-        """``cands[i]``: the ``[C, d]`` candidate points of split i -> (mean score ``[n_splits, C]``, seconds)."""
+    def __call__(self, cands, checkpoint: Path | None = None) -> tuple[np.ndarray, float]:
+        """``cands[i]``: the ``[C, d]`` candidate points of split i -> (mean score ``[n_splits, C]``, seconds). With
+        ``checkpoint``, the round's training saves itself there every ``checkpoint_every`` epochs and resumes from it
+        (``engine.train``).
+        """
         C, n_s, n_f = len(cands[0]), self.n_splits, self.n_folds
         data_index, hps = [], []
         for i in range(n_s):
@@ -61,7 +66,7 @@ class _FoldScores:
                 for c in range(C):
                     data_index.append(i * n_f + f)
                     hps.append({**self.spec.fixed, **self.hparams(cands[i][c])})
-        opts = FitOptions(desc=f"hpo {C} cand", **self.fit_options)
+        opts = FitOptions(desc=f"hpo {C} cand", checkpoint=checkpoint, **self.fit_options)
         res = fit_replicas(self.spec, self.ds, self.pairs, data_index, hps, self.gen, opts, workers=self.workers)
         score = res.final[self.metric].reshape(n_s, n_f, C)
         score = torch.where(torch.isfinite(score), score, torch.full_like(score, self.failed))
@@ -75,13 +80,15 @@ class _FoldScores:
 
 
 def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress=False, log=None,
-                   resume: Path | None = None, workers: int | None = None, compile: bool = False):
+                   resume: Path | None = None, workers: int | None = None, compile: bool = False,
+                   checkpoint_every: int = 10):
     """Per-split hyper-parameters chosen on K-fold CV of the training rows (never the test rows).
 
     Returns ``(hparams per split, trace, replayed_s)``; the trace lists every evaluated candidate and its score.
-    With ``resume`` (a file path), every finished Bayesian-optimisation round is saved there, and a
-    restarted selection replays the saved rounds (same proposals, same scores, same generator state)
-    instead of training them again; ``replayed_s`` is the time those rounds took when they ran. ``compile``: the
+    With ``resume`` (a file path), every finished round (Bayesian optimisation's, or the grid's one) is saved there,
+    and a restarted selection replays the saved rounds (same proposals, same scores, same generator state)
+    instead of training them again, and resumes a round interrupted part-way from its last checkpoint
+    (``round_checkpoint``); ``replayed_s`` is the time the replayed rounds took when they ran. ``compile``: the
     rounds' steps through ``torch.compile`` (``FitOptions.compile``).
     """
     log = log or _log
@@ -89,25 +96,51 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
     if kind == "fixed" or not spec.space:
         return [dict(spec.fixed) for _ in splits], [], 0.0
     scores = _FoldScores(spec, ds, splits, seed, device=device, dtype=dtype, progress=progress, workers=workers,
-                         compile=compile)
+                         compile=compile, checkpoint_every=checkpoint_every)
     if kind == "grid":
-        return _grid_search(spec, scores, log)
+        return _grid_search(spec, scores, resume, log)
     if kind != "bo":
         raise ConfigError(f"unknown hpo.kind {kind!r}; valid: fixed, grid, bo")
     return _bayes_opt(spec, scores, seed, resume, log)
 
 
-def _grid_search(spec: RunSpec, scores: _FoldScores, log):
-    """Every point of the grid (``hpo.grid_points`` per log-range axis, or the axis' values) for every split."""
+def round_checkpoint(resume: Path | None, k: int) -> Path | None:
+    """Where the training of search round ``k`` checkpoints (``.hpo-<hash>-round<k>.pt`` beside ``resume``): a round
+    interrupted part-way resumes from its last saved epoch. One file per round, so a later round never starts from an
+    earlier round's state; ``results.ResumeFiles`` removes them with the run's other resume files."""
+    return None if resume is None else Path(resume).with_name(f"{Path(resume).stem}-round{k}.pt")
+
+
+def _scored_round(scores: _FoldScores, cands, rounds: list, k: int, resume: Path | None):
+    """Round ``k``'s mean scores and the seconds it took: replayed from ``rounds`` (finished before an interruption,
+    0 s now, its recorded seconds returned third), or trained (resuming from its round checkpoint) and appended to
+    ``rounds``, saved to ``resume``."""
+    if k < len(rounds):
+        if not all(np.allclose(a, b) for a, b in zip(cands, rounds[k]["cands"])):
+            raise ConfigError(f"{resume} does not belong to this configuration; delete it to start afresh")
+        scores.gen.set_state(rounds[k]["generator"])
+        return rounds[k]["mean"], 0.0, rounds[k].get("wall", 0.0)
+    mean, wall = scores(cands, checkpoint=round_checkpoint(resume, k))
+    rounds.append({"cands": cands, "mean": mean, "generator": scores.gen.get_state(), "wall": wall})
+    if resume is not None:
+        results.save_checkpoint(resume, rounds)
+    return mean, wall, 0.0
+
+
+def _grid_search(spec: RunSpec, scores: _FoldScores, resume: Path | None, log):
+    """Every point of the grid (``hpo.grid_points`` per log-range axis, or the axis' values) for every split, as one
+    round: saved to ``resume`` when it finishes and checkpointed while it trains, like a round of ``_bayes_opt``."""
     names, n_s = scores.names, scores.n_splits
     axes = [np.linspace(*spec.space[n]["log_range"], spec.hpo["grid_points"])
             if "log_range" in spec.space[n] else spec.space[n]["values"] for n in names]
     grid = grid_points(axes)
-    mean, wall = scores([grid] * n_s)
+    rounds = torch.load(resume, weights_only=False) if resume is not None and Path(resume).exists() else []
+    mean, wall, replayed_s = _scored_round(scores, [grid] * n_s, rounds, 0, resume)
     scores.record([grid] * n_s, mean)
-    log(f"grid search: {len(grid)} candidates x {scores.n_folds} folds x {n_s} splits in {wall:.1f}s")
+    log(f"grid search: {len(grid)} candidates x {scores.n_folds} folds x {n_s} splits in "
+        f"{wall if wall else replayed_s:.1f}s{', replayed' if not wall else ''}")
     best = mean.argmax(1)
-    return ([scores.hparams(grid[best[i]]) | _keep_fixed(spec, names) for i in range(n_s)], scores.trace, 0.0)
+    return ([scores.hparams(grid[best[i]]) | _keep_fixed(spec, names) for i in range(n_s)], scores.trace, replayed_s)
 
 
 def _bayes_opt(spec: RunSpec, scores: _FoldScores, seed: int, resume: Path | None, log):
@@ -130,17 +163,8 @@ def _bayes_opt(spec: RunSpec, scores: _FoldScores, seed: int, resume: Path | Non
     while done < total:
         n = min(q if done >= int(hpo["n_random"]) else int(hpo["n_random"]) - done, total - done)
         cands = [o.ask(n) for o in opts]
-        if k < len(rounds):  # replay a round finished before an interruption
-            if not all(np.allclose(a, b) for a, b in zip(cands, rounds[k]["cands"])):
-                raise ConfigError(f"{resume} does not belong to this configuration; delete it to start afresh")
-            mean, wall = rounds[k]["mean"], 0.0
-            replayed_s += rounds[k].get("wall", 0.0)
-            scores.gen.set_state(rounds[k]["generator"])
-        else:
-            mean, wall = scores(cands)
-            rounds.append({"cands": cands, "mean": mean, "generator": scores.gen.get_state(), "wall": wall})
-            if resume is not None:
-                results.save_checkpoint(resume, rounds)
+        mean, wall, replayed = _scored_round(scores, cands, rounds, k, resume)
+        replayed_s += replayed
         scores.record(cands, mean)
         for i, o in enumerate(opts):
             o.tell(cands[i], mean[i])
