@@ -32,6 +32,18 @@ def q_nemenyi(k: int, alpha: float) -> float:
     return float(stats.studentized_range.ppf(1 - alpha, k, np.inf) / math.sqrt(2))
 
 
+def method_labels(spec: Mapping) -> dict[str, str]:
+    """How the board names each run label: the experiment's ``label`` for its own methods, else a registered method's
+    ``Method.label`` (a method added with ``--label``: its package names it), else the label itself."""
+    from bnnbench.methods import METHODS
+
+    class Named(dict):
+        def __missing__(self, lab):
+            return getattr(METHODS.get(lab), "label", None) or lab
+
+    return Named({k: (v or {}).get("label", k) for k, v in (spec.get("methods") or {}).items()})
+
+
 def diverged_runs(spec: Mapping, runs_root: Path, labels: list[str]) -> set[tuple[str, str]]:
     """``(label, dataset)`` of the runs that stopped as diverged (``failed.json``, no record)."""
     from bnnbench.run.results import FAILED
@@ -157,7 +169,7 @@ def friedman(df: pd.DataFrame, metric: str, datasets: list[str]) -> tuple[float,
 def render_leaderboard(df: pd.DataFrame, spec: Mapping) -> str:
     lb, datasets = spec["leaderboard"], list(spec["datasets"])
     alpha = float(lb.get("alpha", 0.05))
-    label_of = {k: (v or {}).get("label", k) for k, v in (spec.get("methods") or {}).items()}
+    label_of = method_labels(spec)
     one_run = not df.empty and bool((df["n"] <= 1).all())
     cells = ("Cells: one run each, its value ± the record's standard error where it has one (accuracy: binomial, "
              "over the test images) (rank). **Bold**: the data set's best. " if one_run else
@@ -201,7 +213,7 @@ def render_leaderboard(df: pd.DataFrame, spec: Mapping) -> str:
                 cells.append(f"**{s}**" if r["tied_best"] else s)
             a = avg.get(lab, float("nan"))
             a = "" if math.isnan(a) else f"{a:.2f}"
-            out.append(f"| {label_of.get(lab, lab)} | " + " | ".join(cells) + f" | {a} |")
+            out.append(f"| {label_of[lab]} | " + " | ".join(cells) + f" | {a} |")
         if k >= 2 and n >= 2:
             cd = q_nemenyi(k, alpha) * math.sqrt(k * (k + 1) / (6 * n))
             out += ["", f"Friedman test over the {n} data sets ({k} methods that ran on all): chi^2 = {chi2:.2f}, "
@@ -220,7 +232,7 @@ def render_claims(df: pd.DataFrame, spec: Mapping) -> list[str]:
     if not claims:
         return []
     lb = spec["leaderboard"]
-    label_of = {k: (v or {}).get("label", k) for k, v in (spec.get("methods") or {}).items()}
+    label_of = method_labels(spec)
     out = ["## Claims checked", ""]
     for c in claims:
         for ds in spec["datasets"]:
@@ -236,7 +248,7 @@ def render_claims(df: pd.DataFrame, spec: Mapping) -> list[str]:
                     d = a["mean"] - b["mean"]
                     holds &= bool(sign * d > 0)
                     z = d / math.hypot(a["se"], b["se"]) if not math.isnan(a["se"] + b["se"]) else float("nan")
-                    parts.append(f"{lb['metrics'][metric].get('label', metric)} vs {label_of.get(other, other)}: "
+                    parts.append(f"{lb['metrics'][metric].get('label', metric)} vs {label_of[other]}: "
                                  f"{d:+.4f}" + ("" if math.isnan(z) else f" ({z:+.1f} SE)"))
             verdict = "not checked (a run is missing)" if missing else ("holds" if holds else "does not hold")
             out += [f"- {c['claim']} ({ds.split('/')[-1]}): **{verdict}**. " + "; ".join(parts) + ".", ""]
@@ -251,7 +263,7 @@ def rank_stability(df: pd.DataFrame, spec: Mapping, other_spec: Mapping, runs_ro
     methods that the paired tests order on each board (:func:`significant_orders`) and those they order oppositely."""
     datasets = list(spec["datasets"])
     alpha = float(spec["leaderboard"].get("alpha", 0.05))
-    label_of = {k: (v or {}).get("label", k) for k, v in (spec.get("methods") or {}).items()}
+    label_of = method_labels(spec)
     mine = {metric: average_ranks(df, metric, datasets).dropna() for metric in spec["leaderboard"]["metrics"]}
     common = sorted(set.intersection(*(set(a.index) for a in mine.values()))) if mine else []
     if len(common) < 2:
@@ -273,14 +285,14 @@ def rank_stability(df: pd.DataFrame, spec: Mapping, other_spec: Mapping, runs_ro
         out += [f"### {m.get('label', metric)}: Kendall's tau = {tau:.2f} (p = {p:.2g}, {int(keep.sum())} methods)", "",
                 f"| method | here | {other_spec['name']} |", "|---|--:|--:|"]
         for lab in ours[keep].sort_values().index:
-            out.append(f"| {label_of.get(lab, lab)} | {ours[lab]:.2f} | {theirs[lab]:.2f} |")
+            out.append(f"| {label_of[lab]} | {ours[lab]:.2f} | {theirs[lab]:.2f} |")
         flips = significant_orders(spec, other_spec, runs_root, list(ours[keep].index), metric)
         n = {k: sum(len(v) for v in flips[k].values()) for k in flips}
         out += ["", f"Pairs of methods per data set ordered by the paired Wilcoxon test at alpha = {alpha}: "
                     f"{n['kept']} in the same order on both boards, **{n['reversed']} in the opposite order**, "
                     f"{n['lost']} separated here only, {n['gained']} in {other_spec['name']} only."]
-        out += [f"- reversed on {ds.split('/')[-1]}: " + ", ".join(f"{label_of.get(a, a)} ahead of "
-                                                                   f"{label_of.get(b, b)} here" for a, b in pairs)
+        out += [f"- reversed on {ds.split('/')[-1]}: " + ", ".join(f"{label_of[a]} ahead of "
+                                                                   f"{label_of[b]} here" for a, b in pairs)
                 for ds, pairs in flips["reversed"].items() if pairs]
         out.append("")
     return out

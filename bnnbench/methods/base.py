@@ -80,6 +80,7 @@ class Method:
     and ``predict``)."""
 
     name = "method"
+    label: str | None = None   # how tables and figures name it where an experiment does not (None: ``name``)
     Config = MethodConfig
     # per-replica hyper-parameters the method reads from its state besides the prior and noise precisions, with the
     # range of their valid values: each a ``Problem.hparams`` entry ``[R]`` (``fit.make_problem`` builds them from

@@ -327,12 +327,13 @@ def critical_difference_figure(spec: dict, runs_root: Path, out: Path) -> Path |
 
     import matplotlib.pyplot as plt
 
-    from bnnbench.judge.leaderboard import average_ranks, build_leaderboard, q_nemenyi, ranked_datasets
+    from bnnbench.judge.leaderboard import (average_ranks, build_leaderboard, method_labels, q_nemenyi,
+                                            ranked_datasets)
     df = build_leaderboard(spec, runs_root)
     if df.empty:
         return None
     lb = spec["leaderboard"]
-    label_of = {k: (v or {}).get("label", k) for k, v in (spec.get("methods") or {}).items()}
+    label_of = method_labels(spec)
     alpha = float(lb.get("alpha", 0.05))
     panels = []
     for metric, m in lb["metrics"].items():
@@ -363,7 +364,7 @@ def critical_difference_figure(spec: dict, runs_root: Path, out: Path) -> Path |
             y = -(i + 1) if left else -(k - i)
             x_end = 1 if left else k
             ax.plot([r, r, x_end], [0, y, y], color="0.3", lw=0.8)
-            ax.text(x_end - 0.05 if left else x_end + 0.05, y, f"{label_of.get(lab, lab)} ({r:.2f})",
+            ax.text(x_end - 0.05 if left else x_end + 0.05, y, f"{label_of[lab]} ({r:.2f})",
                     ha="right" if left else "left", va="center", fontsize=8)
         for j, (a, b) in enumerate(cd_cliques(list(avg.values), cd)):
             y = -0.3 - 0.25 * j

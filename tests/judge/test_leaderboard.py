@@ -111,6 +111,24 @@ def test_reproduce_adds_a_registered_method_of_yours_to_an_open_leaderboard(tmp_
     assert ran == [] and "has the label 'no_such_method'; its labels: bbb, " in capsys.readouterr().err
 
 
+def test_a_method_added_with_label_is_named_by_its_method_class(runs, monkeypatch):
+    """The board names its own methods by the experiment's labels, a registered method added with ``--label`` by its
+    class's ``label`` (a plugin's own display name), and anything else by its run label."""
+    import bnnbench.methods as methods
+    from bnnbench.judge.leaderboard import method_labels
+
+    class Mine(methods.Method):
+        name, label = "mine", "My Method"
+
+    monkeypatch.setitem(methods.METHODS, "mine", Mine)
+    root, _ = runs
+    labels = method_labels(SPEC)
+    assert (labels["m1"], labels["mine"], labels["bbb"], labels["unregistered"]) == ("One", "My Method", "bbb",
+                                                                                      "unregistered")
+    table = render_leaderboard(build_leaderboard(SPEC, root), SPEC)
+    assert "| My Method |" in table and "| mine |" not in table and "| One |" in table
+
+
 def test_a_diverged_run_ranks_below_every_finished_one(runs):
     root, _ = runs
     d = run_dir(root, "lb", "m3", "uci/b")

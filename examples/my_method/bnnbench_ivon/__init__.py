@@ -57,6 +57,7 @@ class IVONState(State):
 
 class IVON(Method):
     name = "ivon"
+    label = "IVON"   # its name in bnnbench's tables and figures
     Config = IVONConfig
 
     def _ess(self, state):
