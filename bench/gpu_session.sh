@@ -5,6 +5,9 @@
 #   GPU_BUDGET_S=380 bash bench/gpu_session.sh appf    # App. F of global inducing points (gi_mnist500) until then
 #   GPU_BUDGET_S=560 bash bench/gpu_session.sh queue   # the GPU queue (bench/gpu_queue.py, `make gpu-queue`) until then
 #   GPU_BUDGET_S=520 bash bench/gpu_session.sh probes  # the misses' CPU experiments (results/probes), a core each
+#   GPU_BUDGET_S=480 bash bench/gpu_session.sh graphs  # compile=true on the GPU (issue 31, section 3): the MNIST steps
+#                                                      # eager and as CUDA graphs, then every CUDA test (compiled too;
+#                                                      # TESTS_K=<expr>: those pytest -k selects)
 #
 # queue: runs `bench/gpu_queue.py --budget <left> --fill` in the repository's runs root (the committed records travel
 # with the working tree, so finished cells are skipped) and brings back, in $OUT: queue.txt (its console),
@@ -89,6 +92,17 @@ queue)
         fi
     fi
     ls -la "$OUT"
+    ;;
+graphs)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/env.txt"
+    # the timings first, alone on the GPU: Adam, BBB and SLANG L = 1, 8, 32 eager, then as compile=true steps them
+    (cd bench && PYTHONSAFEPATH= timeout 240 python3 mnist_epoch.py --device cuda --ranks 1,8,32 --steps 20 --compile \
+        --json "$OUT/mnist_epoch_compile.json" 2>&1) | tee "$OUT/bench.txt"
+    # every CUDA test, the compiled ones (a compilation each, CPU-bound) spread over the machine's cores
+    x=(); python3 -c "import xdist" 2>/dev/null && x=(-p xdist.plugin -n 12)
+    (cd /tmp && PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 timeout "$(( $(left) - 10 ))" python3 -m pytest "$REPO/tests/test_cuda.py" \
+        -m "" "${x[@]}" ${TESTS_K:+-k "$TESTS_K"} --rootdir "$REPO" -c "$REPO/pyproject.toml" -p no:cacheprovider -q -rfE --durations=8 2>&1) \
+        | tee "$OUT/tests.txt"
     ;;
 probes)
     # the misses' measured experiments (results/probes/probes.sh) on the machine's 16 cores, one run per core, until

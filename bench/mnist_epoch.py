@@ -10,9 +10,9 @@ one sample, measured in the same run (issue 5 asks for <= 5x at L = 32).
 
 ``--threads`` times every row at each of these intra-op thread counts in turn (what ``threads=auto`` of a run was
 decided from: bnnbench/run/threads.py); without it, at torch's current count. ``--json`` also writes every row to a file
-(bench/gpu_queue.py prices SLANG Table 3's GPU cells from it). ``--compile`` adds the rows of the methods whose step
-compiles (Adam, BBB) stepped as ``compile=true`` steps them: on a GPU as CUDA graphs (issue 31, section 3; the first
-steps compile, untimed).
+(bench/gpu_queue.py prices SLANG Table 3's GPU cells from it). ``--compile`` adds Adam's, BBB's and SLANG's (each
+rank) rows stepped as ``compile=true`` steps them: on a GPU as CUDA graphs (issue 31, section 3; SLANG as two graphs
+around its eagerly run eigensolver; the first steps compile, untimed).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def main():
     ap.add_argument("--ranks", default="1,8,32")
     ap.add_argument("--threads", default="", help="comma list of intra-op thread counts (default: torch's current)")
     ap.add_argument("--json", help="also write the rows to this file")
-    ap.add_argument("--compile", action="store_true", help="also Adam and BBB compiled (CUDA graphs on a GPU)")
+    ap.add_argument("--compile", action="store_true", help="also Adam, BBB and SLANG compiled (CUDA graphs on a GPU)")
     args = ap.parse_args()
     dev = device_of({"device": args.device})  # full float32 on CUDA, as the runs
     counts = [int(t) for t in args.threads.split(",")] if args.threads else [torch.get_num_threads()]
@@ -63,15 +63,24 @@ def main():
                                 "ms_step": ms, "epoch_s": ms * STEPS_EPOCH / 1e3,
                                 "protocol_s": ms * STEPS_PROTOCOL / 1e3, "ratio_adam": ms / adam[t]})
     if args.compile:
-        for label, name, samples in (("Adam (MAP), 1 sample", "map", 1), ("BBB, 4 samples", "bbb", 4)):
+        compiled = [("Adam (MAP), 1 sample", "map", 1, {}), ("BBB, 4 samples", "bbb", 4, {}),
+                    *[(f"SLANG L={L}, 4 samples", "slang", 4, {"rank": int(L)}) for L in args.ranks.split(",")]]
+        for label, name, samples, over in compiled:
             for t in counts:
                 torch.set_num_threads(t)
-                cfg = {**CFG[name], **({"train_samples": samples} if name == "bbb" else {})}
-                ms = time_steps(name, cfg, **{**mn, "steps": 4 * args.steps},
-                                warm=5, compile=True)
+                cfg = {**CFG[name], **over, **({"train_samples": samples} if name != "map" else {})}
+                try:
+                    ms = time_steps(name, cfg, **{**mn, "steps": 4 * args.steps}, warm=5, compile=True)
+                except Exception as e:   # one method's compilation failing leaves the other rows to time
+                    print(f"  {label + ' compiled':<24s} {t} thr failed: {type(e).__name__}: {str(e)[:300]}")
+                    out["rows"].append({"label": f"{label} compiled", "method": name, "rank": over.get("rank"),
+                                        "threads": t, "compile": True, "error": f"{type(e).__name__}: {e}"[:2000]})
+                    torch._dynamo.reset()
+                    continue
                 print(f"  {label + ' compiled':<24s} {t} thr {ms:8.1f} ms/step  epoch {ms * STEPS_EPOCH / 1e3:7.1f} s  "
                       f"protocol {ms * STEPS_PROTOCOL / 3.6e6:6.1f} h  / eager Adam {ms / adam[t]:5.2f}x")
-                out["rows"].append({"label": f"{label} compiled", "method": name, "rank": None, "samples": samples,
+                out["rows"].append({"label": f"{label} compiled", "method": name, "rank": over.get("rank"),
+                                    "samples": samples,
                                     "threads": t, "compile": True, "ms_step": ms, "epoch_s": ms * STEPS_EPOCH / 1e3,
                                     "protocol_s": ms * STEPS_PROTOCOL / 1e3, "ratio_adam": ms / adam[t]})
     if args.json:

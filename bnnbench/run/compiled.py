@@ -34,11 +34,16 @@ On a GPU (``device=cuda``) the compiled step also runs as a CUDA graph (``torch.
 inductor's CUDA-graph trees): the small networks' steps are bound by kernel launches there (an MNIST Adam step takes
 2.0 ms on an H200, most of it launching), and a graph replays the step's hundreds of kernels in one launch. The engine
 passes each step's new state to the next and reads the step's statistics before the next step, so every update begins
-a new graph step (``torch.compiler.cudagraph_mark_step_begin``): the previous step's outputs may then be overwritten
-by the replay, which has already copied them into its inputs. Inductor leaves a graph that cannot be captured (a
-host synchronisation, a CPU tensor) running as plain compiled kernels and says so in its log; the numbers are the
-compiled step's either way. Not yet measured on a GPU (none was lent to the session that wrote it):
-``make gpu-queue``'s ``bench_cuda_graphs`` times it (results/README.md, Speed).
+a new graph step (``torch.compiler.cudagraph_mark_step_begin``), and the compiled function's outputs are copied out of
+the graphs' memory pool before they are returned (``_owned``): a step that dynamo splits into several graphs (a graph
+break at an autograd call, at SLANG's eager eigensolver) reads its input state after its first graph has replayed, and
+a new graph step lets that replay overwrite the previous step's outputs, which are this step's inputs (the first GPU
+lease to run it, 2026-11-27, met ``accessing tensor output of CUDAGraphs that has been overwritten by a subsequent
+run`` in every compiled method). Inductor's comprehensive padding is off on the GPU: with it, a padded intermediate
+crossing a graph break failed the next graph's stride check (noisy K-FAC's convolutional step, the same lease).
+Inductor leaves a graph that cannot be captured (a host synchronisation, a CPU tensor) running as plain compiled
+kernels and says so in its log; the numbers are the compiled step's either way. Timed by ``make gpu-queue``'s
+``bench_cuda_graphs`` (results/README.md, Speed).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import contextlib
 import os
 
 import torch
+from torch.utils import _pytree as pytree
 
 from bnnbench.methods.base import Method
 from bnnbench.core.models import MLP
@@ -80,6 +86,16 @@ def _use_cache_dir() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
 
 
+def _owned(fn, mode: str | None):
+    """``fn`` whose tensor outputs, under CUDA graphs, are copies outside the graphs' memory pool (module docstring)."""
+    if mode != "reduce-overhead":
+        return fn
+
+    def owned(*args, **kwargs):
+        return pytree.tree_map(lambda v: v.clone() if torch.is_tensor(v) else v, fn(*args, **kwargs))
+    return owned
+
+
 def compiled_step(method: Method, device: torch.device | None = None):
     """``method.step`` compiled: the same signature, the same results to float rounding; on a CUDA ``device`` the
     compiled step runs as a CUDA graph (``compile_mode``), each call a new graph step."""
@@ -87,7 +103,10 @@ def compiled_step(method: Method, device: torch.device | None = None):
     import torch._dynamo
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, _CACHE_SIZE_LIMIT)
     mode = compile_mode(device)
-    fn = method.compiled_step(lambda f: torch.compile(f, dynamic=False, mode=mode))
+    if mode == "reduce-overhead":
+        import torch._inductor.config
+        torch._inductor.config.comprehensive_padding = False
+    fn = method.compiled_step(lambda f: _owned(torch.compile(f, dynamic=False, mode=mode), mode))
 
     def step(state, batch, noise, lr_scale: float = 1.0):
         if mode == "reduce-overhead":

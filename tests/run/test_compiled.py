@@ -74,7 +74,8 @@ def test_a_compiled_run_records_compile_and_matches_the_eager_run_to_rounding(tm
 def test_on_a_gpu_the_compiled_step_runs_as_cuda_graphs_each_update_a_new_graph_step(monkeypatch):
     """``compile_mode``: CUDA graphs (``reduce-overhead``) on a CUDA device, inductor's default elsewhere; the engine's
     update on a GPU marks a new graph step before each step (so that the previous step's outputs, its input now, may be
-    overwritten by the replay) and returns the step's own results. ``torch.compile`` and the marker are stand-ins
+    overwritten by the replay) and returns the step's own results, copied out of the graphs' memory pool (a step split
+    into several graphs reads its input state after its first replay). ``torch.compile`` and the marker are stand-ins
     here (no GPU on CI); tests/test_cuda.py runs the real thing on one."""
     from bnnbench.methods import METHODS
     from bnnbench.core.models import MLP
@@ -87,11 +88,17 @@ def test_on_a_gpu_the_compiled_step_runs_as_cuda_graphs_each_update_a_new_graph_
     assert not compiled.compiles(METHODS["bbb"], True, conv=True, device="cpu")
     assert not compiled.compiles(METHODS["kfac"], True, conv=True, device="cuda")
     assert compiled.compiles(METHODS["bbb"], True, device="cpu") and not compiled.compiles(METHODS["bbb"], False)
-    modes, marks = [], []
+    modes, marks, pool = [], [], []
 
     def fake_compile(fn, dynamic=None, mode=None):
         modes.append(mode)
-        return lambda *a: (marks.append("step"), fn(*a))[1]
+
+        def graphs(*a):
+            marks.append("step")
+            out = fn(*a)
+            pool.extend(v.data_ptr() for v in out[0].tensors().values())
+            return out
+        return graphs
     monkeypatch.setattr(torch, "compile", fake_compile)
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append("mark"))
     from test_replica import DT, _problem, method_cfg
@@ -103,7 +110,7 @@ def test_on_a_gpu_the_compiled_step_runs_as_cuda_graphs_each_update_a_new_graph_
     batch = Batch(torch.randn(2, 5, 3, generator=g, dtype=DT), torch.randn(2, 5, generator=g, dtype=DT), state.n_data)
     for device, mode, per_step in ((torch.device("cuda"), "reduce-overhead", ["mark", "step"]),
                                    (torch.device("cpu"), None, ["step"])):
-        modes.clear(), marks.clear()
+        modes.clear(), marks.clear(), pool.clear()
         update = compiled.compiled_update(method, device)
         g_e, g_c = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
         eager = ours = state
@@ -111,6 +118,8 @@ def test_on_a_gpu_the_compiled_step_runs_as_cuda_graphs_each_update_a_new_graph_
             eager, st_e = method.update(eager, batch, g_e)
             ours, st_c = update(ours, batch, g_c)
             assert torch.equal(st_c["objective"], st_e["objective"])
+            owned = {v.data_ptr() for v in ours.tensors().values()}.isdisjoint(pool)
+            assert owned is (mode == "reduce-overhead")
         assert modes == [mode] and marks == per_step * 3
         for k, v in eager.tensors().items():
             assert torch.equal(ours.tensors()[k], v), k

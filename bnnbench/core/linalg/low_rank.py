@@ -28,7 +28,8 @@ def fast_inverse(U: torch.Tensor, d: torch.Tensor, v: torch.Tensor) -> torch.Ten
     Us = U * d.rsqrt()                                          # D^-1/2 U: U^T D^-1 U = Us^T Us
     L = U.shape[-1]
     cap = torch.eye(L, dtype=U.dtype, device=U.device) + Us.transpose(-1, -2) @ Us
-    x = Dinv_v - (U @ torch.linalg.solve(cap, U.transpose(-1, -2) @ Dinv_v)) / d
+    # solve_ex: solve without its host-side check (a CUDA graph cannot capture it); cap >= I is never singular
+    x = Dinv_v - (U @ torch.linalg.solve_ex(cap, U.transpose(-1, -2) @ Dinv_v)[0]) / d
     return x[..., 0] if vec else x
 
 
@@ -66,6 +67,18 @@ def top_eigh(A: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
             torch.from_numpy(V).reshape(*A.shape[:-2], n, k))
 
 
+def eigh(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.linalg.eigh``; on a GPU run eagerly between a compiled step's graphs: cuSOLVER's eigh reads its
+    convergence flag on the host, which a CUDA graph cannot capture (``cudaErrorStreamCaptureUnsupported``, the H200
+    lease of 2026-11-27). The same kernels either way, so the same numbers."""
+    return _eager_eigh(A) if A.is_cuda else torch.linalg.eigh(A)
+
+
+@torch.compiler.disable
+def _eager_eigh(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.linalg.eigh(A)
+
+
 def fast_sample(U: torch.Tensor, d: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
     """``z ~ N(0, (U U^T + diag d)^-1)`` from standard normal ``eps [R, S, P]``.
 
@@ -75,7 +88,7 @@ def fast_sample(U: torch.Tensor, d: torch.Tensor, eps: torch.Tensor) -> torch.Te
     """
     sd = d.rsqrt()
     V = U * sd.unsqueeze(-1)                                   # [R, P, L]
-    e, Q = torch.linalg.eigh(V.transpose(-1, -2) @ V)         # [R, L], [R, L, L]
+    e, Q = eigh(V.transpose(-1, -2) @ V)         # [R, L], [R, L, L]
     e = e.clamp_min(0)
     r = torch.sqrt(1 + e)
     k = -1.0 / (r * (1 + r))
@@ -94,7 +107,7 @@ def fast_eig(matmul, probes: torch.Tensor, rank: int, n_iter: int = 4) -> tuple[
         Y = matmul(Q)
     Q, _ = torch.linalg.qr(Y)
     T = Q.transpose(-1, -2) @ matmul(Q)
-    w, S = torch.linalg.eigh(0.5 * (T + T.transpose(-1, -2)))
+    w, S = eigh(0.5 * (T + T.transpose(-1, -2)))
     return w.flip(-1)[..., :rank], Q @ S.flip(-1)[..., :rank]
 
 
@@ -124,9 +137,9 @@ def nystrom_eig(matmul, probes: torch.Tensor, rank: int, n_iter: int = 4) -> tup
     Q, _ = torch.linalg.qr(Y)
     E = matmul(Q) + nu * Q
     C = Q.transpose(-1, -2) @ E
-    lam, W = torch.linalg.eigh(0.5 * (C + C.transpose(-1, -2)))
+    lam, W = eigh(0.5 * (C + C.transpose(-1, -2)))
     F = (W * _rsqrt_or_zero(lam).unsqueeze(-2)).transpose(-1, -2) @ E.transpose(-1, -2)  # [R, k, P], F^T F = E C^-1 E^T
-    s2, V = torch.linalg.eigh(F @ F.transpose(-1, -2))
+    s2, V = eigh(F @ F.transpose(-1, -2))
     vecs = F.transpose(-1, -2) @ (V * _rsqrt_or_zero(s2).unsqueeze(-2))
     e = s2 - nu[..., 0]
     order = e.abs().argsort(-1, descending=True)[..., :rank]

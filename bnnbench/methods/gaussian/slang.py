@@ -50,6 +50,18 @@ def resolved(e: torch.Tensor, n: int) -> torch.Tensor:
     return e > n * torch.finfo(e.dtype).eps * e.amax(-1, keepdim=True).clamp_min(0)
 
 
+def _sq_vector_norm(U: torch.Tensor) -> torch.Tensor:
+    """The rows' squared norms ``||U_i||^2``, as the eager step (and every record) computes them."""
+    return torch.linalg.vector_norm(U, dim=-1) ** 2
+
+
+def _sum_sq(U: torch.Tensor) -> torch.Tensor:
+    """The same as a sum of squares, for the compiled step: torch 2.11's shape rule for ``vector_norm`` over a dim of
+    size 1 (L = 1) keeps that dim, so the compiled step broadcast ``[R, P, 1]`` against ``[R, P]`` to ``[R, P, P]``
+    (852 GiB at MNIST scale; the H200 lease of 2026-11-27)."""
+    return (U * U).sum(-1)
+
+
 @dataclass(frozen=True)
 class SLANGConfig(MethodConfig):
     name: str = "slang"
@@ -145,9 +157,10 @@ class SLANG(Method):
             acts, gs = collapse_samples(self.model, acts, gs, "rss")
         diag_G = scale * sum_sq_grads(self.model, acts, gs).sum(1)
 
+        sq_norm = _sum_sq if closed_form else _sq_vector_norm
+        old_diag = (1 - beta) * sq_norm(U) + beta * diag_G
         U_new = self.top_eig(U, acts, gs, beta, scale, probes)
-        old_diag = (1 - beta) * torch.linalg.vector_norm(U, dim=-1) ** 2 + beta * diag_G
-        d_new = (1 - beta) * d + beta * lam + (old_diag - torch.linalg.vector_norm(U_new, dim=-1) ** 2).clamp_min(0)
+        d_new = (1 - beta) * d + beta * lam + (old_diag - sq_norm(U_new)).clamp_min(0)
 
         rho = self.cfg.momentum
         if rho > 0:

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bnnbench.core.linalg.low_rank import eigh
 from bnnbench.methods.kfac.kronecker import Kronecker, kron_times
 from bnnbench.methods.kfac.noisy import KFACState, NoisyKFAC, NoisyKFACConfig
 from bnnbench.methods.state import Node, state_class
@@ -93,12 +94,13 @@ class BlkTriState(KFACState):
 
 
 def _eigh(M: torch.Tensor):
-    """``torch.linalg.eigh`` of symmetric ``M [R, n, n]``; a replica whose M is not finite (a diverging one's) gets NaN
-    eigenvalues and vectors instead of stopping the batch (LAPACK does not converge on NaN)."""
+    """``torch.linalg.eigh`` of symmetric ``M [R, n, n]`` (``low_rank.eigh``: eager between a compiled step's CUDA
+    graphs); a replica whose M is not finite (a diverging one's) gets NaN eigenvalues and vectors instead of stopping
+    the batch (LAPACK does not converge on NaN)."""
     ok = torch.isfinite(M).flatten(1).all(1)
     if bool(ok.all()):
-        return torch.linalg.eigh(M)
-    e, Q = torch.linalg.eigh(torch.where(ok[:, None, None], M, torch.zeros_like(M)))
+        return eigh(M)
+    e, Q = eigh(torch.where(ok[:, None, None], M, torch.zeros_like(M)))
     return e.masked_fill(~ok[:, None], float("nan")), Q.masked_fill(~ok[:, None, None], float("nan"))
 
 
