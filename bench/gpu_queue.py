@@ -174,17 +174,17 @@ QUEUE: list[Entry] = [
     ),
     Entry(
         name="bench_cuda_graphs",
-        what="GPU timing: Adam's and BBB's MNIST steps as compile=true steps them on a GPU, CUDA graphs (issue 31, "
-             "section 3; bench/mnist_epoch.py --compile, beside the eager rows)",
-        argv=("python", "bench/mnist_epoch.py", "--device", "cuda", "--ranks", "1", "--steps", "20", "--compile"),
+        what="GPU timing: Adam's, BBB's and SLANG L = 1, 8, 32's MNIST steps as compile=true steps them on a GPU, "
+             "CUDA graphs (issue 31, section 3; bench/mnist_epoch.py --compile, beside the eager rows)",
+        argv=("python", "bench/mnist_epoch.py", "--device", "cuda", "--ranks", "1,8,32", "--steps", "20", "--compile"),
         tiny=("python", "bench/mnist_epoch.py", "--device", "cpu", "--ranks", "1", "--steps", "1", "--compile"),
-        gpu_s=120,
-        cpu="70 s",
-        cpu_cost="about 70 s (the same command with --device cpu, 1 thread: two compilations of 15-30 s and the "
-                 "steps; compiled Adam 0.64x and BBB 0.81x their eager steps)",
-        cpu_measured="python bench/mnist_epoch.py --ranks 1 --steps 2 --compile (1 thread, 2026-11-27 08:25, the "
-                     "other core busy)",
-        gpu_how="bench_mnist_epoch's 30 s and two compilations with CUDA-graph capture (30-45 s each, not measured)",
+        gpu_s=90,
+        cpu="about 3 min",
+        cpu_cost="about 3 min (the same command with --device cpu --ranks 1, 1 thread: three compilations of 15-30 s "
+                 "and the steps; compiled Adam 0.34x, BBB 0.84x and SLANG L = 1 0.65x their eager steps)",
+        cpu_measured="python bench/mnist_epoch.py --ranks 1 --steps 1 --compile --threads 1 (2026-11-27 22:03)",
+        gpu_how="measured: the fifth lease's `bash bench/gpu_session.sh graphs` ran it with seven CUDA tests in 105 s "
+                "(H200, 2026-11-27; results/gpu_queue/bench_cuda_graphs.log)",
         resumable=False,
     ),
     _slang(1),
