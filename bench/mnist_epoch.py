@@ -11,8 +11,8 @@ one sample, measured in the same run (issue 5 asks for <= 5x at L = 32).
 ``--threads`` times every row at each of these intra-op thread counts in turn (what ``threads=auto`` of a run was
 decided from: bnnbench/run/threads.py); without it, at torch's current count. ``--json`` also writes every row to a file
 (bench/gpu_queue.py prices SLANG Table 3's GPU cells from it). ``--compile`` adds Adam's, BBB's and SLANG's (each
-rank) rows stepped as ``compile=true`` steps them: on a GPU as CUDA graphs (issue 31, section 3; SLANG as two graphs
-around its eagerly run eigensolver; the first steps compile, untimed).
+rank) rows stepped as ``compile=true`` steps them: on a GPU as CUDA graphs (issue 31, section 3; SLANG as graphs around
+its eagerly run eigensolvers; the first steps compile, untimed).
 """
 
 from __future__ import annotations

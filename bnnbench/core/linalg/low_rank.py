@@ -88,7 +88,7 @@ def fast_sample(U: torch.Tensor, d: torch.Tensor, eps: torch.Tensor) -> torch.Te
     """
     sd = d.rsqrt()
     V = U * sd.unsqueeze(-1)                                   # [R, P, L]
-    e, Q = eigh(V.transpose(-1, -2) @ V)         # [R, L], [R, L, L]
+    e, Q = eigh(V.transpose(-1, -2) @ V)                       # [R, L], [R, L, L]
     e = e.clamp_min(0)
     r = torch.sqrt(1 + e)
     k = -1.0 / (r * (1 + r))
