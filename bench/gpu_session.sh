@@ -18,9 +18,11 @@
 # as tests/run/test_committed_records.py wants; the next lease continues the cell). QUEUE_ARGS adds options (--only ...).
 #
 # The machine has torch, numpy, scipy, pandas, scikit-learn, matplotlib and pytest but not hydra-core, omegaconf,
-# antlr4 or platformdirs: those and bnnbench itself travel as wheels in .whl/ (carry .whl and .gpu), made here by
+# antlr4, platformdirs or laplace-torch (the Laplace methods' tests) and its needs: those and bnnbench itself travel
+# as wheels in .whl/ (carry .whl and .gpu), made here by
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl hydra-core==1.3.2 omegaconf==2.3.0 \
-#       platformdirs==4.3.6; pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3 .
+#       platformdirs==4.3.6 laplace-torch==0.3 backpack-for-pytorch==1.7.1 curvlinops-for-pytorch==3.0.1 \
+#       unfoldNd==0.2.3 einconv==0.1.0 asdfghjkl==0.1a4; pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3 .
 # and MNIST, boston and two LIBSVM sets travel in .gpu/data (the mirror's layout). Outputs go to $OUT: logs, and
 # runs.tar.gz with the finished cells' records to unpack into results/runs.
 # BNNBENCH_GIT_COMMIT names the commit the wheel was built from (the machine's copy has no git history).
