@@ -442,7 +442,10 @@ def _main(argv: list[str]) -> int:
     g.add_argument("--list", action="store_true", help="list the cells it would re-run, with their cost; run nothing")
     g.add_argument("--rerecord", action="store_true",
                    help="write the re-runs' numbers into the committed records where they moved (a deliberate change)")
-    g.add_argument("--reason", help="with --rerecord: why the numbers move (stored in each re-recorded record)")
+    g.add_argument("--baseline", action="store_true",
+                   help="on a machine of another numerics class than the records (its CPU rounds differently): "
+                        "write what the re-runs give here as this class's baseline (results/regression/), not fail")
+    g.add_argument("--reason", help="with --rerecord or --baseline: why the numbers move (stored with them)")
     args, extra = p.parse_known_args(argv)
     if args.cmd == "reproduce":  # overrides may also follow the options
         args.overrides += [a for a in extra if not a.startswith("-")]

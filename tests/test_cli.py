@@ -44,6 +44,8 @@ def test_record_has_required_fields(tmp_path):
     assert on_disk["method"] == "bbb" and on_disk["dataset"] == "uci/yacht" and on_disk["protocol"] == "slang_uci"
     assert [m["split"] for m in on_disk["metrics"]] == ["0", "1", "2"]
     assert on_disk["versions"]["torch_threads"] == torch.get_num_threads()
+    from bnnbench.run.numerics import numerics_class
+    assert on_disk["versions"]["numerics"] == numerics_class()   # the class of CPU whose rounding it holds
     for key in ("rmse", "loglik_joint", "loglik_pointwise"):
         s = on_disk["summary"][key]
         assert set(s) == {"mean", "stderr", "n"} and s["n"] == 3

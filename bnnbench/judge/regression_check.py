@@ -14,6 +14,11 @@ columns and fixed-hyper-parameter cells re-run whole). Each is re-run with its r
 
 A leaderboard has no published numbers: its cells are checked by their records' numbers (1) alone.
 
+Exact within a numerics class: a seeded CPU run repeats bit for bit only on machines that round alike
+(bnnbench.run.numerics). On a machine of another class than a record, (1) and (2) compare against that class's
+committed baseline (bnnbench.judge.baselines), written once on such a machine by ``bnnbench regression --baseline
+--reason "..."``, which refuses to absorb a moved number of a record made in its own class.
+
 Every moved number is listed with its cell, and the check fails. A deliberate change that moves numbers comes with
 re-recorded cells: ``bnnbench regression --rerecord --reason "..."`` writes the re-run's numbers into the committed
 records (the configuration, its hash and the search's trace kept; a ``rerecorded`` entry names the commit before and
@@ -29,7 +34,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from bnnbench.judge.baselines import Baseline
 from bnnbench.run.config import cell_label
+from bnnbench.run.numerics import numerics_class, record_class
 from bnnbench.run.results import RECORD, load_record, run_dir, write_record
 
 FAST_DATASETS = ("uci/boston", "uci/concrete", "uci/energy", "uci/wine", "uci/yacht")
@@ -203,11 +210,24 @@ def main(args) -> int:
     only = list(getattr(args, "only", None) or [])
     max_cell_s = float(getattr(args, "max_cell_s", MAX_CELL_S))
     rerecording = bool(getattr(args, "rerecord", False))
+    baselining = bool(getattr(args, "baseline", False))
     references = bool(getattr(args, "references", False))
-    if rerecording and not getattr(args, "reason", None):
-        print("error: --rerecord needs --reason \"why the numbers move\" (it is stored in each re-recorded record)")
+    if rerecording and baselining:
+        print("error: --rerecord writes the records, --baseline this numerics class's baseline: one of them")
         return 2
+    if (rerecording or baselining) and not getattr(args, "reason", None):
+        print(f"error: --{'rerecord' if rerecording else 'baseline'} needs --reason \"why the numbers move\" "
+              "(it is stored with them)")
+        return 2
+    numerics = numerics_class()
+    base = Baseline.load(results, numerics)
+    own_class_moves: list[str] = []
+    other_class: set[str] = set()
+    baselined = 0
     listing, total_s = bool(getattr(args, "list", False)), 0.0
+    if not listing:
+        print(f"numerics class: {numerics}"
+              + (f" (its baseline: {base.path}, {len(base.cells)} cell(s))" if base.cells else ""), flush=True)
     moved: list[Moved] = []
     checked_cells = checked_table = 0
     for exp in list_names("experiment"):
@@ -253,7 +273,19 @@ def main(args) -> int:
             print(f"== regression {exp}: {label} on {cell['data']}", flush=True)
             now = execute(compose(ov), ov, dst)
             recorded = load_record(src)
-            moves = record_moves(exp, f"{label} on {cell['data']}", recorded, now, rtol)
+            name = f"{exp}/{label}/{cell['data']}"
+            expected, _ = base.expected_record(name, recorded)
+            moves = record_moves(exp, f"{label} on {cell['data']}", expected, now, rtol)
+            if record_class(recorded) != numerics:
+                other_class.add(name)
+            if baselining and moves:
+                if record_class(recorded) == numerics:
+                    own_class_moves.append(name)
+                else:
+                    base.add_cell(name, recorded, now, args.reason)
+                    print(f"   baseline of this class: {len(moves)} number(s) differ from the record")
+                    baselined += 1
+                    moves = []
             if rerecording and (moves or now.get("diagnostics") != recorded.get("diagnostics")):
                 rerecord(src, dst, now, args.reason)
                 print(f"   re-recorded {src} ({len(moves)} number(s) moved"
@@ -268,8 +300,12 @@ def main(args) -> int:
         new = new[[(m, d) in ran for m, d in zip(new["our_method"], new["our_dataset"])]]
         old_sub = old.merge(new[KEYS], on=KEYS)
         checked_table += len(old_sub)
-        if not rerecording:
-            moved += table_moves(exp, old_sub, new, rtol)
+        expected, _ = base.expected_table(exp, old_sub, KEYS)
+        table_moved = [] if rerecording else table_moves(exp, expected, new, rtol)
+        if baselining and table_moved and not own_class_moves:
+            base.add_table_rows(exp, old_sub, new, KEYS)
+            table_moved = []
+        moved += table_moved
         for _, r in new.merge(old_sub[KEYS + ["ours", "verdict"]], on=KEYS, suffixes=("", "_recorded")).iterrows():
             print(f"   {r['dataset']:>13s} {r['method']:>19s} {r['setting']:>4s} {r['metric']:>12s}: "
                   f"ours {r['ours']:.6g} (recorded {r['ours_recorded']:.6g}) paper {r['paper']:g} -> {r['verdict']}"
@@ -280,13 +316,31 @@ def main(args) -> int:
     if rerecording:
         print(f"\nre-recorded where numbers moved, among {checked_cells} re-run cell(s); now `make tables`")
         return 0
+    if baselining and own_class_moves:
+        print(f"\nREGRESSION: not a baseline: {len(own_class_moves)} cell(s) recorded in this numerics class moved "
+              f"({', '.join(own_class_moves)}); nothing written. A deliberate change? --rerecord --reason \"...\"")
+        return 1
+    if baselining:
+        if baselined or base.tables:
+            rows = sum(len(t) for t in base.tables.values())
+            print(f"\nbaseline of this numerics class written: {base.save()} ({baselined} cell(s) of "
+                  f"{checked_cells} re-run moved from their records, and it holds {rows} table row(s))")
+        else:
+            print(f"\nno baseline needed: {checked_cells} re-run cell(s) repeat their records' numbers exactly")
+        return 0
     if moved:
         print(f"\nREGRESSION: {len(moved)} number(s) of {checked_cells} re-run cell(s) moved:")
         for m in moved:
             print(f"  {m}")
         print("\nA deliberate change? Re-record: bnnbench regression --rerecord --reason \"...\", then make tables.")
+        if other_class:
+            print(f"{len(other_class)} of the re-run cell(s) were recorded in another numerics class than this "
+                  f"machine's ({numerics}), and {base.path} does not hold these numbers: only if the moves are this "
+                  "CPU's float rounding (bnnbench.run.numerics), record its baseline: bnnbench regression --baseline "
+                  "--reason \"...\"")
         return 1
-    print(f"\nregression check passed: {checked_cells} re-run cell(s) repeat their records' numbers exactly; "
+    print(f"\nregression check passed: {checked_cells} re-run cell(s) repeat their records' numbers exactly"
+          + (" (those of this numerics class's baseline where it has them)" if base.cells else "") + "; "
           f"{checked_table} published table cell(s) re-checked (numbers and verdicts)"
           + ("" if checked_cells else " (no committed table has a short cell)"))
     return 0

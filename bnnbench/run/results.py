@@ -320,6 +320,9 @@ def versions() -> dict:
     out["bnnbench"] = __version__
     # CPU results are bitwise reproducible for a given thread count (it fixes the order of float reductions)
     out["torch_threads"] = torch.get_num_threads()
+    # and for a given class of CPU (bnnbench.run.numerics: one wheel rounds differently on other instruction sets)
+    from bnnbench.run.numerics import numerics_class
+    out["numerics"] = numerics_class()
     return out
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from bnnbench.judge.baselines import BASELINES
 from bnnbench.judge.regression_check import Moved, record_moves, rerun_cost, table_moves
 
 from datapaths import MIRROR, REPO
@@ -63,12 +64,19 @@ def results_copy(tmp_path, module_env):
     (res / "tables").mkdir(parents=True)
     shutil.copy(REPO / "results" / "tables" / "nng_table4.csv", res / "tables")
     shutil.copytree(REPO / "results" / "runs" / "nng_table4", res / "runs" / "nng_table4")
+    _copy_baselines(res)
     return res
+
+
+def _copy_baselines(res):
+    """The committed numerics classes' baselines (the check on a machine of another class than the records')."""
+    if (REPO / "results" / BASELINES).is_dir():
+        shutil.copytree(REPO / "results" / BASELINES, res / BASELINES)
 
 
 def _args(res, tmp_path, **kw):
     return Namespace(**{"results": str(res), "runs_root": str(tmp_path / "rerun"), "only": ["nng_table4/pbp/uci/yacht"],
-                        "max_cell_s": 0.0, "rerecord": False, "reason": None, **kw})
+                        "max_cell_s": 0.0, "rerecord": False, "baseline": False, "reason": None, **kw})
 
 
 @pytest.mark.e2e
@@ -93,6 +101,42 @@ def test_a_perturbed_record_fails_the_check_naming_the_number(results_copy, tmp_
     assert rec["summary"]["rmse"]["mean"] == true_mean
     assert rec["rerecorded"][-1]["reason"] == "a test" and rec["rerecorded"][-1]["rerun"] == "whole run"
     assert main(_args(results_copy, tmp_path)) == 0
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="needs the data mirror")
+def test_a_machine_of_another_numerics_class_is_checked_exactly_against_its_own_baseline(results_copy, tmp_path,
+                                                                                         capsys):
+    """A record made on a CPU that rounds differently (its class says so) and moved by that rounding: the check fails,
+    naming this machine's class and the way out; ``--baseline`` writes this class's numbers, after which the check
+    passes exactly; a moved record of this machine's own class is a regression that ``--baseline`` refuses."""
+    from bnnbench.judge.regression_check import main
+    from bnnbench.run.numerics import class_id, numerics_class
+    shutil.rmtree(results_copy / BASELINES, ignore_errors=True)
+    path = results_copy / "runs" / "nng_table4" / "pbp" / "uci__yacht" / "record.json"
+    rec = json.loads(path.read_text())
+    true_mean = rec["summary"]["rmse"]["mean"]
+    rec["summary"]["rmse"]["mean"] = true_mean * (1 + 1e-12)
+    rec["versions"]["numerics"] = "torch 2.13.0+cpu; aten AVX2; x86_64 AuthenticAMD: sse4_2 fma avx2"
+    path.write_text(json.dumps(rec))
+    assert main(_args(results_copy, tmp_path)) == 1
+    out = capsys.readouterr().out
+    assert "rmse.mean recorded" in out
+    assert f"recorded in another numerics class than this machine's ({numerics_class()})" in out
+    assert main(_args(results_copy, tmp_path, baseline=True)) == 2     # a baseline says why
+    assert main(_args(results_copy, tmp_path, baseline=True, reason="a test")) == 0
+    assert "baseline of this numerics class written" in capsys.readouterr().out
+    base = json.loads((results_copy / BASELINES / f"{class_id(numerics_class())}.json").read_text())
+    assert base["cells"]["nng_table4/pbp/uci/yacht"]["summary"]["rmse"]["mean"] == true_mean
+    assert main(_args(results_copy, tmp_path)) == 0
+    assert "(those of this numerics class's baseline where it has them)" in capsys.readouterr().out
+
+    rec["versions"]["numerics"] = numerics_class()
+    rec["summary"]["rmse"]["mean"] = true_mean * (1 + 2e-12)
+    path.write_text(json.dumps(rec))
+    assert main(_args(results_copy, tmp_path, baseline=True, reason="a test")) == 1
+    assert "not a baseline: 1 cell(s) recorded in this numerics class moved" in capsys.readouterr().out
+    assert json.loads((results_copy / BASELINES / f"{class_id(numerics_class())}.json").read_text()) == base
 
 
 def test_a_rerun_without_its_data_set_is_one_error_line(results_copy, tmp_path, capsys, monkeypatch):
@@ -152,6 +196,7 @@ def test_a_leaderboard_cell_is_checked_by_its_records_numbers(tmp_path, module_e
     shutil.copy(REPO / "results" / "tables" / "uci_leaderboard.csv", res / "tables")
     cell = Path("uci_leaderboard") / "laplace" / "uci__yacht"
     shutil.copytree(REPO / "results" / "runs" / cell, res / "runs" / cell)
+    _copy_baselines(res)
     args = dict(only=["uci_leaderboard/laplace/uci/yacht"])
     assert main(_args(res, tmp_path, **args)) == 0
     assert "1 re-run cell(s) repeat their records' numbers exactly" in capsys.readouterr().out
