@@ -445,6 +445,9 @@ def _main(argv: list[str]) -> int:
     g.add_argument("--baseline", action="store_true",
                    help="on a machine of another numerics class than the records (its CPU rounds differently): "
                         "write what the re-runs give here as this class's baseline (results/regression/), not fail")
+    g.add_argument("--reuse-runs", action="store_true",
+                   help="take a re-run already in --runs-root (the same configuration; say, of a check that has just "
+                        "failed at this commit) instead of training it again")
     g.add_argument("--reason", help="with --rerecord or --baseline: why the numbers move (stored with them)")
     args, extra = p.parse_known_args(argv)
     if args.cmd == "reproduce":  # overrides may also follow the options

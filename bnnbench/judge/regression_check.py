@@ -212,6 +212,7 @@ def main(args) -> int:
     rerecording = bool(getattr(args, "rerecord", False))
     baselining = bool(getattr(args, "baseline", False))
     references = bool(getattr(args, "references", False))
+    reuse = bool(getattr(args, "reuse_runs", False))
     if rerecording and baselining:
         print("error: --rerecord writes the records, --baseline this numerics class's baseline: one of them")
         return 2
@@ -269,9 +270,11 @@ def main(args) -> int:
             searched = is_searched(load_record(src)) and not method_class(cell["method"]).solved
             hpo = ["hpo=recorded", f"hpo.record={src}"] if searched else []
             ov = [*cell_overrides(exp, cell, results / "runs"), *hpo, f"runs_root={runs_root}", "progress=false",
-                  "skip_done=false"]
+                  f"skip_done={str(reuse).lower()}"]
             print(f"== regression {exp}: {label} on {cell['data']}", flush=True)
             now = execute(compose(ov), ov, dst)
+            if reuse:
+                print(f"   the re-run in {dst} (made at {now.get('git_commit')})")
             recorded = load_record(src)
             name = f"{exp}/{label}/{cell['data']}"
             expected, _ = base.expected_record(name, recorded)

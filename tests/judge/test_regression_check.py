@@ -76,7 +76,8 @@ def _copy_baselines(res):
 
 def _args(res, tmp_path, **kw):
     return Namespace(**{"results": str(res), "runs_root": str(tmp_path / "rerun"), "only": ["nng_table4/pbp/uci/yacht"],
-                        "max_cell_s": 0.0, "rerecord": False, "baseline": False, "reason": None, **kw})
+                        "max_cell_s": 0.0, "rerecord": False, "baseline": False, "reuse_runs": False, "reason": None,
+                        **kw})
 
 
 @pytest.mark.e2e
@@ -124,8 +125,10 @@ def test_a_machine_of_another_numerics_class_is_checked_exactly_against_its_own_
     assert "rmse.mean recorded" in out
     assert f"recorded in another numerics class than this machine's ({numerics_class()})" in out
     assert main(_args(results_copy, tmp_path, baseline=True)) == 2     # a baseline says why
-    assert main(_args(results_copy, tmp_path, baseline=True, reason="a test")) == 0
-    assert "baseline of this numerics class written" in capsys.readouterr().out
+    # the failed check's re-run, taken as it is (--reuse-runs), not trained again
+    assert main(_args(results_copy, tmp_path, baseline=True, reuse_runs=True, reason="a test")) == 0
+    out = capsys.readouterr().out
+    assert "baseline of this numerics class written" in out and "skip: " in out
     base = json.loads((results_copy / BASELINES / f"{class_id(numerics_class())}.json").read_text())
     assert base["cells"]["nng_table4/pbp/uci/yacht"]["summary"]["rmse"]["mean"] == true_mean
     assert main(_args(results_copy, tmp_path)) == 0
