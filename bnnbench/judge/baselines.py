@@ -42,9 +42,12 @@ def _key(row, keys) -> str:
     return "|".join(str(row[k]) for k in keys)
 
 
-def _equal(a, b) -> bool:
+def same(a, b, rtol: float = 0.0) -> bool:
+    """``a`` and ``b`` equal (NaN equals NaN), or within ``rtol`` relative where a tolerance is stated."""
     a, b = float(a), float(b)
-    return a == b or (math.isnan(a) and math.isnan(b))
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return a == b or abs(a - b) <= rtol * max(abs(a), abs(b))
 
 
 @dataclass
@@ -81,7 +84,7 @@ class Baseline:
         out, n = old.copy(), 0
         for i, r in old.iterrows():
             entry = rows.get(_key(r, keys))
-            if entry and all(_equal(a, b) for a, b in zip(entry["recorded"], (r["ours"], r["ours_se"]))):
+            if entry and all(same(a, b) for a, b in zip(entry["recorded"], (r["ours"], r["ours_se"]))):
                 out.loc[i, ["ours", "ours_se", "verdict"]] = [entry["ours"], entry["ours_se"], entry["verdict"]]
                 n += 1
         return out, n
@@ -97,7 +100,7 @@ class Baseline:
         rows = self.tables.setdefault(exp, {})
         for _, r in old.iterrows():
             n = new_by_key.get(_key(r, keys))
-            if n is not None and not (_equal(n["ours"], r["ours"]) and _equal(n["ours_se"], r["ours_se"])
+            if n is not None and not (same(n["ours"], r["ours"]) and same(n["ours_se"], r["ours_se"])
                                       and n["verdict"] == r["verdict"]):
                 rows[_key(r, keys)] = {"recorded": [float(r["ours"]), float(r["ours_se"])], "ours": float(n["ours"]),
                                        "ours_se": float(n["ours_se"]), "verdict": str(n["verdict"])}

@@ -29,12 +29,11 @@ a record whose sampler diagnostics changed is re-written as well: the estimators
 
 from __future__ import annotations
 
-import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from bnnbench.judge.baselines import Baseline
+from bnnbench.judge.baselines import Baseline, same
 from bnnbench.run.config import cell_label
 from bnnbench.run.numerics import numerics_class, record_class
 from bnnbench.run.results import RECORD, load_record, run_dir, write_record
@@ -102,13 +101,6 @@ class Moved:
         return f"{self.experiment} {self.cell}: {self.what} recorded {self.recorded!r}, now {self.now!r}"
 
 
-def _same(a, b, rtol: float) -> bool:
-    a, b = float(a), float(b)
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
-    return a == b or abs(a - b) <= rtol * max(abs(a), abs(b))
-
-
 def record_moves(exp: str, cell: str, recorded: dict, now: dict, rtol: float = 0.0) -> list[Moved]:
     """Every summary number (mean, standard error) of ``recorded`` that ``now`` does not repeat, and the per-split
     values behind a moved mean."""
@@ -120,7 +112,7 @@ def record_moves(exp: str, cell: str, recorded: dict, now: dict, rtol: float = 0
             n = new.get(stat) if isinstance(new, dict) else None
             if o is None and n is None:
                 continue
-            if o is None or n is None or not _same(o, n, rtol):
+            if o is None or n is None or not same(o, n, rtol):
                 out.append(Moved(exp, cell, f"{metric}.{stat}", float("nan") if o is None else o,
                                  float("nan") if n is None else n))
     if out:
@@ -128,7 +120,7 @@ def record_moves(exp: str, cell: str, recorded: dict, now: dict, rtol: float = 0
         for m in recorded.get("metrics") or []:
             n = now_split.get(m["split"], {})
             for k, v in m.items():
-                if k != "split" and isinstance(v, (int, float)) and not _same(v, n.get(k, float("nan")), rtol):
+                if k != "split" and isinstance(v, (int, float)) and not same(v, n.get(k, float("nan")), rtol):
                     out.append(Moved(exp, cell, f"split {m['split']} {k}", v, n.get(k, float("nan"))))
     return out
 
@@ -147,7 +139,7 @@ def table_moves(exp: str, old, new, rtol: float = 0.0) -> list[Moved]:
             out.append(Moved(exp, cell, "table cell (missing from the re-run)", r["ours_old"], float("nan")))
             continue
         for col in ("ours", "ours_se"):
-            if not _same(r[f"{col}_old"], r[f"{col}_new"], rtol):
+            if not same(r[f"{col}_old"], r[f"{col}_new"], rtol):
                 out.append(Moved(exp, cell, f"table {col}", r[f"{col}_old"], r[f"{col}_new"]))
         if r["verdict_old"] != r["verdict_new"]:
             out.append(Moved(exp, cell, f"verdict {r['verdict_old']} -> {r['verdict_new']}", r["ours_old"],
@@ -279,10 +271,11 @@ def main(args) -> int:
             name = f"{exp}/{label}/{cell['data']}"
             expected, _ = base.expected_record(name, recorded)
             moves = record_moves(exp, f"{label} on {cell['data']}", expected, now, rtol)
-            if record_class(recorded) != numerics:
+            own_class = record_class(recorded) == numerics
+            if not own_class:
                 other_class.add(name)
             if baselining and moves:
-                if record_class(recorded) == numerics:
+                if own_class:
                     own_class_moves.append(name)
                 else:
                     base.add_cell(name, recorded, now, args.reason)
