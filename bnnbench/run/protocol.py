@@ -186,8 +186,9 @@ def _hidden(cfg: DictConfig, proto, ds, given: CommandLine, meta: dict | None) -
 def _search_space(cfg: DictConfig, proto, ds, meta: dict | None) -> tuple[dict, dict]:
     """The data set's search space (``{name: {"log_range": [lo, hi]} | {"values": [...]}}``; ``meta:<key>``: the data
     set's own grid), with the method's own axes of the protocol's ``method_space`` in place of (null: without) the
-    data set's, and the fixed values: the box's centre in log space or the grid's median, then the data set's
-    ``fixed``, then the command line's ``hparams.<name>``."""
+    data set's, and the fixed values: the axis' own ``fixed`` (``{values: [...], fixed: v}``: what ``hpo=fixed``
+    uses), else the box's centre in log space or the grid's median, then the data set's ``fixed``, then the command
+    line's ``hparams.<name>``."""
     axes = dict(ds.get("space") or {})
     own = _get(proto, "method_space", cfg.method.name, default=None)
     for name, rng in (own.items() if own is not None else ()):
@@ -195,20 +196,23 @@ def _search_space(cfg: DictConfig, proto, ds, meta: dict | None) -> tuple[dict, 
             axes.pop(name, None)
         else:
             axes[name] = rng
-    space = {}
+    space, fixed = {}, {}
     for name, rng in axes.items():
         rng = OmegaConf.to_container(rng, resolve=True) if not isinstance(rng, (list, str)) else rng
         if isinstance(rng, str) and rng.startswith("meta:"):
             space[name] = {"values": [float(v) for v in (meta or {})[rng[5:]]]}
         elif isinstance(rng, dict):
-            space[name] = rng
+            space[name] = {k: v for k, v in rng.items() if k != "fixed"}
+            if rng.get("fixed") is not None:
+                fixed[name] = float(rng["fixed"])
         elif len(rng) != 2:
             raise ConfigError(f"protocol {proto.name!r}: space {name}: {list(rng)} is neither a box [lo, hi] (natural "
                               f"logarithms) nor a grid; a grid of values is {{values: {list(rng)}}}")
         else:
             space[name] = {"log_range": [float(rng[0]), float(rng[1])]}
-    fixed = {}
     for name, s in space.items():
+        if name in fixed:
+            continue
         if "log_range" in s:
             fixed[name] = math.exp(sum(s["log_range"]) / 2)  # centre of the box in log space
         else:

@@ -93,3 +93,31 @@ def test_converges_to_exact_mean_field_solution():
     s_exact = Lam.diagonal().rsqrt()
     assert torch.allclose(torch.stack(means).mean(0), m_exact, atol=0.01)
     assert torch.allclose(torch.stack(sds).mean(0), s_exact, rtol=0.05)
+
+
+def test_a_replicas_own_step_size_is_the_step_of_a_config_with_that_step_size():
+    """Each replica's ``lr`` (``Problem.hparams``, as a grid search over BBB's alpha gives it) makes, after the
+    schedule's scale, exactly the step that a config with that ``lr`` makes for the replica alone."""
+    X, y = _blr()
+    model = MLP([3, 1])
+    lrs = [0.01, 0.003, 0.001]
+    prob = Problem("gaussian", torch.tensor([40] * 3), torch.full((3, model.n_params), 0.5, dtype=DT),
+                   noise_prec=torch.full((3,), 4.0, dtype=DT), y_scale=torch.ones(3, dtype=DT),
+                   hparams={"lr": torch.tensor(lrs, dtype=DT)})
+    _, method = _method(S=2)
+    state = method.init(prob, torch.Generator().manual_seed(0))
+    assert torch.equal(state.lr, torch.tensor(lrs, dtype=DT))
+    batch = Batch(X[None].expand(3, -1, -1), y[None].expand(3, -1), torch.tensor([40] * 3))
+    alone = [_state(_method(S=2, lr=lr)[1], model, 40, 4.0, 0.5) for lr in lrs]
+    g = torch.Generator().manual_seed(1)
+    for t in range(4):
+        scale = 1.0 if t < 2 else 0.1
+        noise = method.noise(state, batch, g)
+        state, _ = method.step(state, batch, noise, lr_scale=scale)
+        for r, lr in enumerate(lrs):
+            ref = _method(S=2, lr=lr)[1]
+            alone[r], _ = ref.step(alone[r], Batch(X[None], y[None], torch.tensor([40])), noise[r:r + 1],
+                                   lr_scale=scale)
+            assert torch.allclose(state.mean[r], alone[r].mean[0], rtol=1e-12, atol=1e-15)
+            assert torch.allclose(state.rho[r], alone[r].rho[0], rtol=1e-12, atol=1e-15)
+    assert not torch.allclose(state.mean[0], state.mean[2])

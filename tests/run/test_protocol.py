@@ -3,7 +3,7 @@ data set < command line, for method settings, protocol keys, the search and the 
 from Hydra's parser (``config.CommandLine``), not from splitting strings."""
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from bnnbench.run.config import CommandLine, ConfigError, compose
 from bnnbench.methods import METHODS
@@ -141,3 +141,19 @@ def test_a_methods_own_search_axes_replace_the_data_sets_and_a_list_is_a_box_or_
     OmegaConf.update(cfg, "protocol.datasets.yacht.space.noise_prec", [3, 10, 30], merge=False)
     with pytest.raises(ConfigError, match=r"\[3, 10, 30\] is neither a box \[lo, hi\].*\{values: \[3, 10, 30\]\}"):
         resolve(cfg, CommandLine.parse([]))
+
+
+
+def test_an_axis_names_what_a_fixed_search_uses_else_the_grids_median():
+    """A grid axis ``{values: [...], fixed: v}``: ``hpo=fixed`` uses v (a stated default, say noisy Adam's step size
+    for BBB), the search the values; without ``fixed``, the grid's median; ``hparams.<name>`` wins over both."""
+    def spec(axis, *more):
+        ov = ["protocol=leaderboard_uci", "method=bbb", "data=uci/yacht", "hpo=fixed", *more]
+        cfg = compose(ov)
+        with open_dict(cfg):
+            OmegaConf.update(cfg, "protocol.method_space.bbb", {"lr": axis}, merge=False)
+        return resolve(cfg, CommandLine.parse(ov))
+    stated = spec({"values": [0.01, 0.003, 0.001], "fixed": 0.01})
+    assert stated.space["lr"] == {"values": [0.01, 0.003, 0.001]} and stated.fixed["lr"] == 0.01
+    assert spec({"values": [0.01, 0.003, 0.001]}).fixed["lr"] == 0.003
+    assert spec({"values": [0.01, 0.003, 0.001], "fixed": 0.01}, "hparams.lr=0.001").fixed["lr"] == 0.001

@@ -7,6 +7,8 @@ negative ELBO per data point, estimated with S samples,
     L(mu, rho) = -(1/S) sum_s (1/M) sum_i log p(y_i | theta_s) + KL(q || p) / N,
 
 with theta_s = mu + sigma * eps_s (or, optionally, the local reparameterisation trick).
+The step size is the config's ``lr``, or each replica's own where a search gives one (``replica_hparams``: NNG
+Table 1 selects BBB's on held-out rows, the paper stating none).
 ``learn_noise`` (Gaussian likelihood): the noise precision has a learned Gamma posterior, as the noisy natural
 gradient methods' UCI protocol (``gamma_noise``), so that BBB runs beside them under the same model.
 """
@@ -14,6 +16,7 @@ gradient methods' UCI protocol (``gamma_noise``), so that BBB runs beside them u
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import List, Optional
 
 import torch
@@ -45,13 +48,15 @@ class BBBConfig(gamma_noise.NoiseConfig):
 @state_class
 class BBBState(MeanFieldState):
     """mu and rho (sigma = softplus(rho)), Adam's moments of each (m_mean, v_mean, m_rho, v_rho) after t steps; with
-    ``learn_noise``, q(tau) in ``noise_q`` (``gamma_noise``)."""
+    ``learn_noise``, q(tau) in ``noise_q`` (``gamma_noise``); each replica's Adam step size ``lr`` ``[R]`` where the
+    problem gives one (else the config's)."""
     rho: torch.Tensor
     m_mean: torch.Tensor
     v_mean: torch.Tensor
     m_rho: torch.Tensor
     v_rho: torch.Tensor
     t: torch.Tensor
+    lr: torch.Tensor | None = None
 
 
 class BBB(MeanField):
@@ -59,6 +64,7 @@ class BBB(MeanField):
     compilable = True  # bench/compile_step.py: 1.3-2x faster compiled at UCI scale
     Config = BBBConfig
     conv = True  # with weight draws (the local reparameterisation trick is an MLP's)
+    replica_hparams = MappingProxyType({"lr": (1e-4, 0.1)})   # Adam's step size, where a search gives one
 
     def init(self, problem: Problem, generator: torch.Generator) -> BBBState:
         cfg = self.cfg
@@ -108,7 +114,8 @@ class BBB(MeanField):
             obj, nll, kl, f = self.objective(state, mean, rho, batch, noise)
             g_mean, g_rho = torch.autograd.grad(obj.sum(), [mean, rho])
         t = state.t + 1
-        lr, betas, eps = self.cfg.lr * lr_scale, tuple(self.cfg.betas), self.cfg.eps
+        lr = self.cfg.lr * lr_scale if state.lr is None else (state.lr * lr_scale)[:, None]
+        betas, eps = tuple(self.cfg.betas), self.cfg.eps
         new_mean, m_mean, v_mean = adam(state.mean, g_mean, state.m_mean, state.v_mean, t, lr, betas, eps)
         new_rho, m_rho, v_rho = adam(state.rho, g_rho, state.m_rho, state.v_rho, t, lr, betas, eps)
         noise_changes = gamma_noise.step(self.cfg, state, f, batch.y, lr_scale) if state.noise_q is not None else {}
