@@ -44,6 +44,9 @@ def register_resolvers() -> None:
     if not OmegaConf.has_resolver("slug"):
         OmegaConf.register_new_resolver("slug", slug)
     store = ConfigStore.instance()
+    registered = tuple(METHODS.items())
+    if _stored_methods.get(id(store)) == registered:
+        return   # the store already holds exactly these methods (a structured config per method: ~0.2 s a call)
     for name, cls in METHODS.items():
         node = OmegaConf.structured(cls.Config)
         OmegaConf.set_readonly(node, False)   # frozen in the method; the command line still sets its values
@@ -53,6 +56,10 @@ def register_resolvers() -> None:
     stored = store.repo.get("method", {})
     for key in [k for k in stored if k.endswith(".yaml") and k[:-len(".yaml")] not in METHODS]:
         del stored[key]
+    _stored_methods[id(store)] = registered
+
+
+_stored_methods: dict[int, tuple] = {}   # the ConfigStore -> the (name, class) pairs it was last given
 
 
 def slug(name) -> str:
@@ -173,6 +180,7 @@ def check_overrides(overrides: list[str]) -> list[str]:
     from dataclasses import fields
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -202,15 +210,36 @@ def check_overrides(overrides: list[str]) -> list[str]:
                     raise ConfigError(f"{key}={p.get_value_element_as_str()}: {str(e).splitlines()[0]}") from None
             out.append(f"++{key}={p.get_value_element_as_str()}")
             continue
-        if base is None:
-            base = _composed(tuple(choices))
-        node = base if not sub else base.get(group)
         name = (sub or group).split(".")[0]
-        if node is None or not OmegaConf.is_dict(node) or name not in node:
+        try:
+            node = _node_of(_composed(_choices_for(choices, group if sub else None)), group, sub)
+        except (HydraException, OmegaConfBaseException, ConfigError):
+            node = None   # these choices alone do not compose: all of them decide
+        if not _holds(node, name):   # the few choices may not show it: all of them decide
+            if base is None:
+                base = _composed(tuple(choices))
+            node = _node_of(base, group, sub)
+        if not _holds(node, name):
             valid = sorted(node.keys()) if node is not None and OmegaConf.is_dict(node) else []
             raise ConfigError(_unknown(key, [str(k) for k in valid], group if sub else "the top level"))
         out.append(text.lstrip("+") if p.is_add() else text)
     return out
+
+
+def _choices_for(choices: list[str], group: str | None) -> tuple[str, ...]:
+    """The group choices that can add keys to ``group`` (None: the top level): its own, and those of the groups whose
+    files may write anywhere (``@package _global_``: experiments, MNIST's data file). A key found in what these alone
+    compose to is in the whole composition too; one not found there is looked up in the whole composition."""
+    return tuple(c for c in choices if c.partition("=")[0].lstrip("+~") in ("experiment", "data", group))
+
+
+def _node_of(cfg, group: str, sub: str):
+    return cfg if not sub else cfg.get(group)
+
+
+def _holds(node, name: str) -> bool:
+    from omegaconf import OmegaConf
+    return node is not None and OmegaConf.is_dict(node) and name in node
 
 
 @functools.lru_cache(maxsize=128)
