@@ -448,6 +448,10 @@ def _main(argv: list[str]) -> int:
     g.add_argument("--reuse-runs", action="store_true",
                    help="take a re-run already in --runs-root (the same configuration; say, of a check that has just "
                         "failed at this commit) instead of training it again")
+    g.add_argument("--train-only", action="store_true",
+                   help="a worker: re-run the cells into --runs-root (a fresh one), skipping those already there or "
+                        "being re-run by another worker, and compare nothing; then the check with --reuse-runs "
+                        "compares (how .ci/run spreads the re-runs over its cores)")
     g.add_argument("--reason", help="with --rerecord or --baseline: why the numbers move (stored with them)")
     args, extra = p.parse_known_args(argv)
     if args.cmd == "reproduce":  # overrides may also follow the options

@@ -19,6 +19,9 @@ Exact within a numerics class: a seeded CPU run repeats bit for bit only on mach
 committed baseline (bnnbench.judge.baselines), written once on such a machine by ``bnnbench regression --baseline
 --reason "..."``, which refuses to absorb a moved number of a record made in its own class.
 
+Spread over processes: ``--train-only`` workers re-run the cells into one fresh ``--runs-root`` (each skips a cell
+that another holds or has finished: the run directory's lock), then one check with ``--reuse-runs`` compares.
+
 Every moved number is listed with its cell, and the check fails. A deliberate change that moves numbers comes with
 re-recorded cells: ``bnnbench regression --rerecord --reason "..."`` writes the re-run's numbers into the committed
 records (the configuration, its hash and the search's trace kept; a ``rerecorded`` entry names the commit before and
@@ -30,13 +33,14 @@ a record whose sampler diagnostics changed is re-written as well: the estimators
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from bnnbench.judge.baselines import Baseline, same
 from bnnbench.run.config import cell_label
 from bnnbench.run.numerics import numerics_class, record_class
-from bnnbench.run.results import RECORD, load_record, run_dir, write_record
+from bnnbench.run.results import RECORD, RunDirError, load_record, run_dir, write_record
 
 FAST_DATASETS = ("uci/boston", "uci/concrete", "uci/energy", "uci/wine", "uci/yacht")
 FAST_EXACT_DATASETS = ("libsvm/australian", "libsvm/breast_cancer")
@@ -205,8 +209,12 @@ def main(args) -> int:
     baselining = bool(getattr(args, "baseline", False))
     references = bool(getattr(args, "references", False))
     reuse = bool(getattr(args, "reuse_runs", False))
+    train_only = bool(getattr(args, "train_only", False))
     if rerecording and baselining:
         print("error: --rerecord writes the records, --baseline this numerics class's baseline: one of them")
+        return 2
+    if train_only and (rerecording or baselining or getattr(args, "list", False)):
+        print("error: --train-only re-runs and compares nothing: without --rerecord, --baseline, --list")
         return 2
     if (rerecording or baselining) and not getattr(args, "reason", None):
         print(f"error: --{'rerecord' if rerecording else 'baseline'} needs --reason \"why the numbers move\" "
@@ -222,7 +230,7 @@ def main(args) -> int:
         print(f"numerics class: {numerics}"
               + (f" (its baseline: {base.path}, {len(base.cells)} cell(s))" if base.cells else ""), flush=True)
     moved: list[Moved] = []
-    checked_cells = checked_table = 0
+    checked_cells = checked_table = taken = found = 0
     for exp in list_names("experiment"):
         table = results / "tables" / f"{exp}.csv"
         if not table.exists():
@@ -232,18 +240,20 @@ def main(args) -> int:
         against = {str(m["against"]) for m in (spec.get("metrics") or {}).values()
                    if isinstance(m, dict) and m.get("against")}
         cells = selected_cells(exp, spec, results, max_cell_s, only, against if references else frozenset())
-        if listing:
-            for c in cells:
-                cost = rerun_cost(load_record(run_dir(results / "runs", exp, cell_label(c), c["data"])))
-                total_s += cost
-                print(f"{exp}/{cell_label(c)}/{c['data']}  {cost:7.1f} s by its record")
-            continue
         if not cells:
             continue
         rtol = float(spec.get("regression_rtol") or 0.0)
         old = None if board else load_table(table)
         chosen = set(zip(old["our_dataset"], old["selected"])) if old is not None and "selected" in old else set()
         cands = candidate_of(spec)
+        if listing:
+            for c in cells:
+                if cell_label(c) in cands and (c["data"], cell_label(c)) not in chosen:
+                    continue   # a grid point the table did not choose: its record stands in
+                cost = rerun_cost(load_record(run_dir(results / "runs", exp, cell_label(c), c["data"])))
+                total_s += cost
+                print(f"{exp}/{cell_label(c)}/{c['data']}  {cost:7.1f} s by its record")
+            continue
         rerun = {(cell_label(c), c["data"]) for c in cells}
         done = []
         for cell in spec["runs"]:
@@ -255,16 +265,30 @@ def main(args) -> int:
             if stand_in:
                 # a paired metric's reference run, a grid point the table did not choose, a cell not re-run: its
                 # record stands in, so the rebuilt table's other cells are computed as in the committed one
-                if load_record(src) is not None:
+                if load_record(src) is not None and not train_only:
                     shutil.rmtree(dst, ignore_errors=True)
                     shutil.copytree(src, dst)
                 continue
             searched = is_searched(load_record(src)) and not method_class(cell["method"]).solved
             hpo = ["hpo=recorded", f"hpo.record={src}"] if searched else []
             ov = [*cell_overrides(exp, cell, results / "runs"), *hpo, f"runs_root={runs_root}", "progress=false",
-                  f"skip_done={str(reuse).lower()}"]
+                  f"skip_done={str(reuse or train_only).lower()}"]
             print(f"== regression {exp}: {label} on {cell['data']}", flush=True)
+            start = time.perf_counter()
+            if train_only:
+                finished = (dst / RECORD).exists()
+                try:
+                    execute(compose(ov), ov, dst)
+                except RunDirError as e:
+                    print(f"   skipped: {e}")
+                    taken += 1
+                else:
+                    print(f"   {time.perf_counter() - start:.1f} s")
+                    found += finished
+                    checked_cells += not finished
+                continue
             now = execute(compose(ov), ov, dst)
+            print(f"   {time.perf_counter() - start:.1f} s")
             if reuse:
                 print(f"   the re-run in {dst} (made at {now.get('git_commit')})")
             recorded = load_record(src)
@@ -289,7 +313,7 @@ def main(args) -> int:
             moved += [] if rerecording else moves
             checked_cells += 1
             done.append(cell)
-        if not done or board:
+        if not done or board or train_only:
             continue
         new = build_table(spec, runs_root)
         ran = {(cands.get(cell_label(c), cell_label(c)), c["data"]) for c in done}
@@ -308,6 +332,10 @@ def main(args) -> int:
                   f" (recorded {r['verdict_recorded']})")
     if listing:
         print(f"{total_s / 60:.1f} min by the records (their hosts and loads; a re-run on an idle core is faster)")
+        return 0
+    if train_only:
+        print(f"\nre-ran {checked_cells} cell(s) into {runs_root} ({found} found finished, {taken} taken by another "
+              f"worker); compare them: bnnbench regression --runs-root {runs_root} --reuse-runs")
         return 0
     if rerecording:
         print(f"\nre-recorded where numbers moved, among {checked_cells} re-run cell(s); now `make tables`")

@@ -142,6 +142,32 @@ def test_a_machine_of_another_numerics_class_is_checked_exactly_against_its_own_
     assert json.loads((results_copy / BASELINES / f"{class_id(numerics_class())}.json").read_text()) == base
 
 
+@pytest.mark.e2e
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="needs the data mirror")
+def test_workers_share_the_reruns_and_the_check_compares_them_without_training(results_copy, tmp_path, capsys):
+    """``--train-only`` workers over one runs root: a worker skips the cell another holds (its run directory's lock)
+    and re-runs the rest; a later worker skips what is finished and re-runs what was skipped; the check with
+    ``--reuse-runs`` then trains nothing and compares every cell."""
+    from bnnbench.judge.regression_check import main
+    from bnnbench.run.results import claimed, run_dir
+    cells = ["nng_table4/pbp/uci/yacht", "nng_table4/pbp/uci/boston"]   # boston: by --max-cell-s
+    rerun = tmp_path / "rerun"
+    assert main(_args(results_copy, tmp_path, only=cells, max_cell_s=1e9, train_only=True, list=True)) == 2
+    with claimed(run_dir(rerun, "nng_table4", "pbp", "uci/yacht")):   # another worker re-runs yacht
+        assert main(_args(results_copy, tmp_path, only=cells, max_cell_s=1e9, train_only=True)) == 0
+    out = capsys.readouterr().out
+    assert "is in use by another bnnbench process" in out
+    assert "re-ran 1 cell(s)" in out and "0 found finished, 1 taken" in out
+    assert (run_dir(rerun, "nng_table4", "pbp", "uci/boston") / "record.json").exists()
+    assert not (run_dir(rerun, "nng_table4", "pbp", "uci/yacht") / "record.json").exists()
+    assert main(_args(results_copy, tmp_path, only=cells, max_cell_s=1e9, train_only=True)) == 0
+    out = capsys.readouterr().out
+    assert out.count("skip: ") == 1 and "re-ran 1 cell(s)" in out and "(1 found finished, 0 taken" in out
+    assert main(_args(results_copy, tmp_path, only=cells, max_cell_s=1e9, reuse_runs=True)) == 0
+    out = capsys.readouterr().out
+    assert out.count("skip: ") == 2 and "2 re-run cell(s) repeat their records' numbers exactly" in out
+
+
 def test_a_rerun_without_its_data_set_is_one_error_line(results_copy, tmp_path, capsys, monkeypatch):
     """No mirror, no cache, no network: ``bnnbench regression`` says how to fetch the data set, without a traceback."""
     from bnnbench.cli import main
