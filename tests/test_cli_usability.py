@@ -207,13 +207,23 @@ def test_a_run_prints_its_estimate_once_after_the_first_epochs(data_env, tmp_pat
 LONG = ["protocol.epochs=1000000", "protocol.splits=[0]", "progress=false", "checkpoint_every=2"]
 
 
+def _as_a_terminals_job():
+    """In the child before it starts bnnbench: SIGINT and SIGTERM at their defaults and unblocked, as a shell starts a
+    foreground command. A child inherits an ignored or blocked signal from this process, where a library used by an
+    earlier test may have left one so (in the whole suite this test's Ctrl-C twice went unheeded: 120 s timeouts)."""
+    import signal
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _stop_when_training(args, sig, trainings=1, group=False):
     """Start ``bnnbench <args>``, send ``sig`` once ``trainings`` final trainings have printed their estimate (after
     their first epochs, with a checkpoint written), to the process or, as a terminal's Ctrl-C, to its process group;
     returns the finished process's exit code, stdout and stderr."""
     import signal
     p = subprocess.Popen([sys.executable, "-m", "bnnbench.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, cwd=REPO, start_new_session=True)
+                         text=True, cwd=REPO, start_new_session=True, preexec_fn=_as_a_terminals_job)
     try:
         seen = []
         for line in p.stdout:
