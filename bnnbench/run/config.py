@@ -62,6 +62,47 @@ def register_resolvers() -> None:
 _stored_methods: dict[int, tuple] = {}   # the ConfigStore -> the (name, class) pairs it was last given
 
 
+def cache_config_files() -> None:
+    """Parse each config file once per process: Hydra's file source reads and parses a YAML file (in pure Python)
+    every time a composition needs it, a few times per ``compose`` and thousands of times in a check of the committed
+    records. The parsed document (plain lists and dicts) is kept per (path, mtime, size) and each load builds its own
+    ``OmegaConf`` tree from it as ``OmegaConf.load`` does, so an edited file is read again and no composition sees
+    another's changes. Patched into the class Hydra's source registry resolves ``file://`` to (Hydra's plugin scan
+    imports its module anew, so the class a plain import gives is not always the one in use)."""
+    from hydra._internal.sources_registry import SourcesRegistry
+    FileConfigSource = SourcesRegistry.instance().resolve("file")
+    if getattr(FileConfigSource.load_config, "cached_parse", False):
+        return
+    import os
+
+    import yaml
+    from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
+    from omegaconf import OmegaConf
+    from omegaconf._utils import get_yaml_loader
+
+    parsed: dict = {}
+
+    def load_config(self, config_path: str) -> ConfigResult:
+        full = os.path.realpath(os.path.join(self.path, self._normalize_file_name(config_path)))
+        try:
+            st = os.stat(full)
+        except OSError:
+            raise ConfigLoadError(f"Config not found : {full}") from None
+        key = (full, st.st_mtime_ns, st.st_size)
+        if key not in parsed:
+            with open(full, encoding="utf-8") as f:
+                text = f.read()
+            parsed[key] = (ConfigSource._get_header_dict(text[:512]), yaml.load(text, Loader=get_yaml_loader()))
+        header, doc = parsed[key]
+        if doc is not None and not isinstance(doc, (list, dict, str)):
+            raise OSError(f"Invalid loaded object type: {type(doc).__name__}")
+        return ConfigResult(config=OmegaConf.create() if doc is None else OmegaConf.create(doc),
+                            path=f"{self.scheme()}://{self.path}", provider=self.provider, header=dict(header))
+
+    load_config.cached_parse, load_config.uncached = True, FileConfigSource.load_config
+    FileConfigSource.load_config = load_config
+
+
 def slug(name) -> str:
     """A data set name as one path component: ``uci/boston`` -> ``uci__boston``."""
     return str(name).replace("/", "__")
@@ -73,6 +114,7 @@ def compose(overrides: list[str]):
     register_resolvers()
     overrides = check_overrides(list(overrides))
     with initialize_config_dir(config_dir=config_dir(), version_base=None):
+        cache_config_files()
         return hcompose(config_name="config", overrides=overrides)
 
 
