@@ -1,11 +1,17 @@
-"""Seconds to compose a committed record's configuration (what ``bnnbench reproduce`` does before it skips a finished
-cell, what the regression check does before each re-run, and what tests/run/test_committed_records.py does for every
-record), with and without parsing each config file once per process (``bnnbench.run.config.cache_config_files``).
+"""Seconds to compose and resolve a committed record's configuration (what ``bnnbench reproduce`` does before it skips
+a finished cell, what the regression check does before each re-run, and what tests/run/test_committed_records.py does
+for every record): Hydra's whole composition, each config file parsed anew (``hydra``), against
+``bnnbench.run.config.compose`` (``kept``: the group choices' tree composed once per process and kept pickled, the key
+overrides applied to a copy; config files parsed once).
 
-    python bench/compose_cost.py [--records 60] [--rounds 3]
+    python bench/compose_cost.py [--experiments gi_tableG,nng_table1] [--records 60] [--rounds 3]
 
-Both in one process, in alternating rounds (this host is shared: ratios in one run); every composition is checked to
-resolve to the same configuration hash either way.
+The records: every one of the named experiments' (default: all of them) when ``--every 1``, else every n-th, up to
+``--records``; a check of all the records composes each experiment's few choice sets for many records.
+
+Both in one process, in alternating rounds (this host is shared: ratios in one run); every record must resolve to the
+same configuration hash either way. The kept trees are cleared before each ``kept`` round, so a round pays for
+composing each distinct set of choices once, as a process that checks these records would.
 """
 
 from __future__ import annotations
@@ -21,49 +27,54 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=60, help="every n-th record, to this many")
+    ap.add_argument("--experiments", default="", help="comma-separated; default all")
+    ap.add_argument("--every", type=int, default=0, help="every n-th record (default: spread over --records)")
+    ap.add_argument("--records", type=int, default=60, help="at most this many records")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
 
     from hydra._internal.sources_registry import SourcesRegistry
 
-    import bnnbench.run.config as config
-    from bnnbench.run import results
-    from bnnbench.run.config import _composed, compose
+    from bnnbench.run import config, results
     from bnnbench.run.execute import resolve_run
 
     paths = sorted((REPO / "results" / "runs").glob("*/*/*/record.json"))
-    paths = paths[::max(1, len(paths) // args.records)][:args.records]
+    if args.experiments:
+        paths = [p for p in paths if p.parent.parent.parent.name in args.experiments.split(",")]
+    paths = paths[::args.every or max(1, len(paths) // args.records)][:args.records]
     cases = []
     for p in paths:
         rec = json.loads(p.read_text())
         cases.append((p.parent, [o for o in rec["config"]["hydra_overrides"] if not o.startswith("runs_root=")]))
 
-    config.compose(["method=bbb"])   # Hydra's plugins scanned, the file source registered, the cache installed
-    FileConfigSource = SourcesRegistry.instance().resolve("file")
-    plain = getattr(FileConfigSource.load_config, "uncached", None)
-    cached = FileConfigSource.load_config
-    config.cache_config_files = lambda: None   # compose() would install the cache again
+    config.compose(["method=bbb"])   # Hydra's plugins scanned, the file source registered, the parse cache installed
+    source = SourcesRegistry.instance().resolve("file")
+    parse_once = source.load_config
 
-    def one_round(load) -> tuple[float, list[str]]:
-        FileConfigSource.load_config = load
-        _composed.cache_clear()
+    def hydra(ov):
+        source.load_config = parse_once.uncached
+        try:
+            return config._hydra_compose(config.check_overrides(ov))
+        finally:
+            source.load_config = parse_once
+
+    def one_round(how) -> tuple[float, list[str]]:
+        config._composed.cache_clear()
+        config._choices_tree.cache_clear()
         t = time.perf_counter()
-        hashes = [results.config_hash(resolve_run(compose(ov), ov, d)[3]) for d, ov in cases]
+        hashes = [results.config_hash(resolve_run(how(ov), ov, d)[3]) for d, ov in cases]
         return (time.perf_counter() - t) / len(cases), hashes
 
-    one_round(cached)   # the cache warm, as in a process that has composed once
-    times = {"plain": [], "cached": []}
+    times, hashes = {"hydra": [], "kept": []}, {}
     for _ in range(args.rounds):
-        for name, load in (("plain", plain), ("cached", cached)):
-            dt, hashes = one_round(load)
+        for name, how in (("hydra", hydra), ("kept", config.compose)):
+            dt, h = one_round(how)
             times[name].append(dt)
-            times.setdefault(f"{name}_hashes", hashes)
-            assert hashes == times[f"{name}_hashes"]
-    assert times["plain_hashes"] == times["cached_hashes"], "the cache changed a composition"
-    p, c = statistics.median(times["plain"]), statistics.median(times["cached"])
-    print(f"{len(cases)} records, {args.rounds} rounds: per record {p * 1e3:.0f} ms parsed every time, "
-          f"{c * 1e3:.0f} ms parsed once ({p / c:.2f}x); same hashes")
+            assert hashes.setdefault(name, h) == h
+    assert hashes["hydra"] == hashes["kept"], "the kept trees changed a composition"
+    a, b = statistics.median(times["hydra"]), statistics.median(times["kept"])
+    print(f"{len(cases)} records, {args.rounds} rounds, medians: per record (compose and resolve) {a * 1e3:.0f} ms "
+          f"Hydra whole, {b * 1e3:.0f} ms kept ({a / b:.1f}x); the same hashes")
 
 
 if __name__ == "__main__":

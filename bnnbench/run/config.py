@@ -109,13 +109,72 @@ def slug(name) -> str:
 
 
 def compose(overrides: list[str]):
-    """The configuration of ``config.yaml`` with Hydra ``overrides`` applied (no run directory, no logging)."""
-    from hydra import compose as hcompose, initialize_config_dir
+    """The configuration of ``config.yaml`` with Hydra ``overrides`` applied (no run directory, no logging).
+
+    Hydra composes the config groups' choices (``method=slang``, ``data=uci/boston``) into one tree and then applies
+    the key overrides (``method.rank=8``) to it with ``ConfigLoaderImpl._apply_overrides_to_config``. Here the tree
+    of each set of choices is composed by Hydra once per process and kept pickled (a run, a ``reproduce`` of many
+    cells and the check of every committed record compose the same few choices again and again: unpickling takes
+    milliseconds, composing a third of a second and more), and the key overrides are applied to a fresh copy by that
+    same Hydra function. Overrides of Hydra's own node or with a package, and trees that cannot be pickled (a method
+    class defined inside a function), go through Hydra whole."""
+    import pickle
+
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
     register_resolvers()
     overrides = check_overrides(list(overrides))
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    choices = tuple(o for o, p in zip(overrides, parsed) if _is_choice(p))
+    keys = [p for p in parsed if not _is_choice(p)]
+    if any(p.key_or_group.split(".")[0] == "hydra" or p.package is not None or p.is_sweep_override()
+           for p in keys):
+        return _hydra_compose(overrides)
+    tree = _choices_tree(choices, _config_signature())
+    if tree is None:
+        return _hydra_compose(overrides)
+    cfg = pickle.loads(tree)
+    ConfigLoaderImpl._apply_overrides_to_config(keys, cfg)
+    return cfg
+
+
+def _is_choice(p) -> bool:
+    """A config-group override (``data=uci/boston``, ``~hpo``, ``hydra/launcher=joblib``), not a key's."""
+    key = p.key_or_group
+    return "." not in key and (key.split("/")[0] in GROUPS or key.startswith("hydra/"))
+
+
+def _hydra_compose(overrides: list[str]):
+    from hydra import compose as hcompose, initialize_config_dir
     with initialize_config_dir(config_dir=config_dir(), version_base=None):
         cache_config_files()
         return hcompose(config_name="config", overrides=overrides)
+
+
+@functools.lru_cache(maxsize=64)
+def _choices_tree(choices: tuple[str, ...], signature: tuple) -> bytes | None:
+    """What Hydra composes these group choices to, pickled (None where it cannot be); ``signature`` keys it to the
+    registered methods and the config files' times and sizes."""
+    import pickle
+    cfg = _hydra_compose(list(choices))
+    try:
+        return pickle.dumps(cfg)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return None
+
+
+def _config_signature() -> tuple:
+    """The registered method classes and every config file's (path, mtime, size): a change to either composes anew."""
+    import os
+
+    from bnnbench.methods import METHODS
+    files = []
+    for root, _, names in os.walk(config_dir()):
+        for n in names:
+            if n.endswith(".yaml"):
+                st = os.stat(os.path.join(root, n))
+                files.append((root, n, st.st_mtime_ns, st.st_size))
+    return tuple(METHODS.items()), tuple(sorted(files))
 
 
 def experiment_spec(name: str) -> dict:
@@ -222,7 +281,6 @@ def check_overrides(overrides: list[str]) -> list[str]:
     from dataclasses import fields
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -253,26 +311,14 @@ def check_overrides(overrides: list[str]) -> list[str]:
             out.append(f"++{key}={p.get_value_element_as_str()}")
             continue
         name = (sub or group).split(".")[0]
-        try:
-            node = _node_of(_composed(_choices_for(choices, group if sub else None)), group, sub)
-        except (HydraException, OmegaConfBaseException, ConfigError):
-            node = None   # these choices alone do not compose: all of them decide
-        if not _holds(node, name):   # the few choices may not show it: all of them decide
-            if base is None:
-                base = _composed(tuple(choices))
-            node = _node_of(base, group, sub)
+        if base is None:
+            base = _composed(tuple(choices))
+        node = _node_of(base, group, sub)
         if not _holds(node, name):
             valid = sorted(node.keys()) if node is not None and OmegaConf.is_dict(node) else []
             raise ConfigError(_unknown(key, [str(k) for k in valid], group if sub else "the top level"))
         out.append(text.lstrip("+") if p.is_add() else text)
     return out
-
-
-def _choices_for(choices: list[str], group: str | None) -> tuple[str, ...]:
-    """The group choices that can add keys to ``group`` (None: the top level): its own, and those of the groups whose
-    files may write anywhere (``@package _global_``: experiments, MNIST's data file). A key found in what these alone
-    compose to is in the whole composition too; one not found there is looked up in the whole composition."""
-    return tuple(c for c in choices if c.partition("=")[0].lstrip("+~") in ("experiment", "data", group))
 
 
 def _node_of(cfg, group: str, sub: str):
@@ -286,8 +332,8 @@ def _holds(node, name: str) -> bool:
 
 @functools.lru_cache(maxsize=128)
 def _composed(choices: tuple[str, ...]):
-    """The configuration the group choices alone compose to, which ``check_overrides`` reads (never writes): cached,
-    since a run of many cells (or the check of every committed record) composes the same choices again and again."""
+    """The configuration the group choices alone compose to, which ``check_overrides`` reads (never writes): one
+    copy per set of choices."""
     return compose(list(choices))
 
 

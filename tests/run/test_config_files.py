@@ -46,3 +46,58 @@ def test_an_edited_file_is_read_again_and_a_changed_load_leaves_the_next_alone(t
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))   # a later mtime even on a coarse clock
     again = source.load_config("x.yaml")
     assert OmegaConf.to_container(again.config) == {"a": 2} and again.header["package"] is None
+
+
+OVERRIDES = [
+    ["method=bbb", "data=uci/boston"],
+    ["method=slang", "data=uci/yacht", "method.rank=4", "protocol.epochs=3", "seed=7", "label=x", "hpo=grid"],
+    ["experiment=slang_table3", "method=slang", "method.rank=8", "protocol=slang_mnist_50k"],
+    ["experiment=slang_table3", "method=bbb", "protocol.stages=null", "protocol.splits=[train50k]",
+     "protocol.epochs=2", "runs_root=/tmp/r"],
+    ["experiment=gi_tableG", "method=gi", "data=uci/energy", "label=gi_scale_lr0.01", "method.prior=scale",
+     "method.lr=0.01"],
+    ["experiment=nng_table1", "method=bbb", "data=uci/wine", "hpo=grid", "+protocol.method_space.bbb.lr.fixed=0.003"],
+    ["method=vogn", "data=uci/concrete", "~protocol.eval_every", "method.lr=0.5"],
+]
+
+
+def _hydra_whole(overrides):
+    config.register_resolvers()
+    return config._hydra_compose(config.check_overrides(list(overrides)))
+
+
+def test_a_composition_from_the_kept_tree_equals_hydras_whole_composition():
+    """``compose`` applies the key overrides to the pickled tree of the group choices; Hydra composes it all at once:
+    the same tree, values, interpolations and struct flag (a key nothing declares still refused)."""
+    import pytest
+    from omegaconf.errors import ConfigAttributeError
+    for ov in OVERRIDES:
+        try:
+            whole = _hydra_whole(ov)
+        except Exception as e:   # an override that Hydra refuses is refused alike
+            with pytest.raises(type(e)):
+                config.compose(ov)
+            continue
+        ours = config.compose(ov)
+        assert OmegaConf.to_container(ours) == OmegaConf.to_container(whole), ov
+        assert OmegaConf.to_container(ours, resolve=True) == OmegaConf.to_container(whole, resolve=True), ov
+        assert OmegaConf.is_struct(ours) and OmegaConf.is_struct(whole)
+        with pytest.raises(ConfigAttributeError):
+            ours.not_a_key = 1
+    again = config.compose(OVERRIDES[1])
+    again.method.rank = 99   # a composition's changes stay its own
+    assert config.compose(OVERRIDES[1]).method.rank == 4
+
+
+def test_a_wrong_value_is_refused_as_hydra_refuses_it():
+    import pytest
+
+    from bnnbench.core.errors import ConfigError
+    for ov in (["method=slang", "method.rank=abc"], ["method=vogn", "~method.prec_init=7"]):
+        with pytest.raises(Exception) as whole:
+            _hydra_whole(ov)
+        with pytest.raises(type(whole.value)) as ours:
+            config.compose(ov)
+        assert str(ours.value) == str(whole.value)
+        with pytest.raises(ConfigError):
+            config.compose_checked(ov)
