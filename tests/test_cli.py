@@ -153,6 +153,19 @@ def test_recorded_hparams_are_reused(tmp_path):
     assert again["metrics"] == rec["metrics"]
 
 
+def test_a_searched_cell_with_a_learned_noise_repeats_with_its_recorded_hparams(tmp_path):
+    """q(tau)'s draws at evaluation come from torch's global generator, which a search's held-out scoring draws from
+    too: the search leaves it as it found it, so the final training after a grid search gives the numbers that a
+    re-run with the record's hyper-parameters (hpo=recorded, CI's regression) gives."""
+    base = ["experiment=nng_table1", "method=bbb", "data=uci/yacht", "protocol.epochs=2", "protocol.splits=[r0,r1,r2]",
+            "progress=false", "protocol.method_space={bbb: {lr: {values: [0.01, 0.001]}}}"]
+    ov = [*base, "hpo=grid", "hpo.folds=5", "hpo.use_folds=1", "hpo.metric=loglik_pointwise"]
+    rec = execute(compose(ov), ov, tmp_path / "grid", log=lambda m: None)
+    assert rec["hpo_trace"] and rec["config"]["spec"]["method"]["learn_noise"]
+    again = [*base, "hpo=recorded", f"hpo.record={tmp_path / 'grid'}"]
+    assert execute(compose(again), again, tmp_path / "recorded", log=lambda m: None)["metrics"] == rec["metrics"]
+
+
 def test_bo_selection_is_recorded(tmp_path):
     rec = _run(tmp_path, "hpo=bo", "hpo.n_random=2", "hpo.n_iter=1", "hpo.folds=2", "protocol.epochs=1")
     assert len(rec["hpo_trace"]) == 3 and all(len(t) == 3 for t in rec["hpo_trace"])

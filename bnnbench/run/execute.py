@@ -237,10 +237,13 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
         hparams = recorded_hparams(spec, splits)
         trace, hpo_replayed_s = [], 0.0
     else:
-        hparams, trace, hpo_replayed_s = select_hparams(
-            spec, ds, splits, int(cfg.seed), device=device, dtype=dtype, progress=cfg.get("progress", False), log=log,
-            resume=resume.hpo, workers=cfg.get("workers"), compile=resolved["compile"],
-            checkpoint_every=int(cfg.get("checkpoint_every", 10)))
+        # torch's global generator (q(tau)'s draws at evaluation, gamma_noise.sample_prec) leaves the search as it
+        # entered it: the final training draws as a re-run of it with hpo=recorded does (CI's regression)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            hparams, trace, hpo_replayed_s = select_hparams(
+                spec, ds, splits, int(cfg.seed), device=device, dtype=dtype, progress=cfg.get("progress", False),
+                log=log, resume=resume.hpo, workers=cfg.get("workers"), compile=resolved["compile"],
+                checkpoint_every=int(cfg.get("checkpoint_every", 10)))
     t_hpo = time.perf_counter() - t0 + hpo_replayed_s   # rounds replayed from a checkpoint count with their time
     opts = FitOptions(device=device, dtype=dtype, eval_every=spec.eval_every, stop_on_divergence=True,
                       progress=cfg.get("progress", False), desc=f"{cfg.method.name} {ds.name}",
