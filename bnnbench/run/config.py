@@ -312,7 +312,7 @@ def check_overrides(overrides: list[str]) -> list[str]:
             continue
         name = (sub or group).split(".")[0]
         if base is None:
-            base = _composed(tuple(choices))
+            base = _composed(tuple(choices), _config_signature())
         node = _node_of(base, group, sub)
         if not _holds(node, name):
             valid = sorted(node.keys()) if node is not None and OmegaConf.is_dict(node) else []
@@ -331,9 +331,9 @@ def _holds(node, name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=128)
-def _composed(choices: tuple[str, ...]):
+def _composed(choices: tuple[str, ...], signature: tuple):
     """The configuration the group choices alone compose to, which ``check_overrides`` reads (never writes): one
-    copy per set of choices."""
+    copy per set of choices and ``signature`` (:func:`_config_signature`: an edited config file is read again)."""
     return compose(list(choices))
 
 

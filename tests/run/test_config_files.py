@@ -103,3 +103,22 @@ def test_a_wrong_value_is_refused_as_hydra_refuses_it():
         assert str(ours.value) == str(whole.value)
         with pytest.raises(ConfigError):
             config.compose_checked(ov)
+
+
+def test_an_edited_config_file_is_seen_by_the_key_check(tmp_path, monkeypatch):
+    """``check_overrides`` validates a key against what the group choices compose to; a file edited in the same
+    process (a new top-level key) must be composed again, not answered from the first composition."""
+    import shutil
+
+    import pytest
+    tree = tmp_path / "configs"
+    shutil.copytree(config.config_dir(), tree)
+    monkeypatch.setattr(config, "config_dir", lambda: str(tree))
+    assert config.compose(["seed=3"]).seed == 3
+    with pytest.raises(config.ConfigError, match="unknown key 'probe_key'"):
+        config.compose(["probe_key=2"])
+    top = tree / "config.yaml"
+    top.write_text(top.read_text() + "\nprobe_key: 1\n")
+    st = top.stat()
+    os.utime(top, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert config.compose(["probe_key=2"]).probe_key == 2
