@@ -157,3 +157,20 @@ def test_an_axis_names_what_a_fixed_search_uses_else_the_grids_median():
     assert stated.space["lr"] == {"values": [0.01, 0.003, 0.001]} and stated.fixed["lr"] == 0.01
     assert spec({"values": [0.01, 0.003, 0.001]}).fixed["lr"] == 0.003
     assert spec({"values": [0.01, 0.003, 0.001], "fixed": 0.01}, "hparams.lr=0.001").fixed["lr"] == 0.001
+
+
+def test_nng_table1_selects_bbbs_step_size_and_an_axis_names_what_a_fixed_search_uses():
+    """nng_uci: BBB's alpha is a grid axis of its own (the paper states none), searched on one 80/20 split of the
+    training rows by the per-point LL in NNG Table 1's BBB cells; ``hpo=fixed`` uses the axis' ``fixed`` (noisy Adam's
+    0.01), not the grid's median; the other methods of the protocol have no axis."""
+    def spec(method, *more):
+        ov = ["experiment=nng_table1", f"method={method}", "data=uci/yacht", *more]
+        return resolve(compose(ov), CommandLine.parse(ov))
+    grid = spec("bbb", "hpo=grid")
+    assert grid.space == {"lr": {"values": [0.01, 0.003, 0.001]}}
+    assert (grid.hpo["kind"], grid.hpo["use_folds"], grid.hpo["metric"]) == ("grid", 1, "loglik_pointwise")
+    assert spec("bbb").fixed["lr"] == 0.01 and spec("bbb", "hparams.lr=0.001").fixed["lr"] == 0.001
+    assert spec("noisy_adam").space == {} and "lr" not in spec("noisy_adam").fixed
+    cfg = compose(["experiment=nng_table1", "method=bbb", "data=uci/yacht"])
+    OmegaConf.update(cfg, "protocol.method_space.bbb.lr", {"values": [0.01, 0.003, 0.001]}, merge=False)
+    assert resolve(cfg, CommandLine.parse([])).fixed["lr"] == 0.003   # no ``fixed``: the grid's median
