@@ -123,14 +123,15 @@ def compose(overrides: list[str]):
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser
     register_resolvers()
-    overrides = check_overrides(list(overrides))
+    signature = _config_signature()
+    overrides = check_overrides(list(overrides), signature)
     parsed = OverridesParser.create().parse_overrides(overrides)
     choices = tuple(o for o, p in zip(overrides, parsed) if _is_choice(p))
     keys = [p for p in parsed if not _is_choice(p)]
     if any(p.key_or_group.split(".")[0] == "hydra" or p.package is not None or p.is_sweep_override()
            for p in keys):
         return _hydra_compose(overrides)
-    tree = _choices_tree(choices, _config_signature())
+    tree = _choices_tree(choices, signature)
     if tree is None:
         return _hydra_compose(overrides)
     cfg = pickle.loads(tree)
@@ -270,14 +271,14 @@ def compose_checked(overrides: list[str]):
         raise ConfigError(": ".join(said) or type(e).__name__) from None
 
 
-def check_overrides(overrides: list[str]) -> list[str]:
+def check_overrides(overrides: list[str], signature: tuple | None = None) -> list[str]:
     """Check every ``key=value`` override against what its config group can hold, and return the overrides as
     Hydra must apply them.
 
     A key of a typed group (``schema.SCHEMAS``: protocol, hpo) may be set whether or not the chosen file sets it,
     with or without ``+``, and its value must have the schema's type; a key of a method, the model or the top level
     must be one that the chosen file has (``+`` cannot add a key nothing reads). An unknown key is an error listing
-    the valid keys of its group."""
+    the valid keys of its group. ``signature``: :func:`_config_signature`, where the caller has computed it."""
     from dataclasses import fields
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -312,7 +313,7 @@ def check_overrides(overrides: list[str]) -> list[str]:
             continue
         name = (sub or group).split(".")[0]
         if base is None:
-            base = _composed(tuple(choices), _config_signature())
+            base = _composed(tuple(choices), signature or _config_signature())
         node = _node_of(base, group, sub)
         if not _holds(node, name):
             valid = sorted(node.keys()) if node is not None and OmegaConf.is_dict(node) else []

@@ -2,7 +2,9 @@
 source, an edited file read again, and no load seeing another's changes."""
 
 import os
+import shutil
 
+import pytest
 from omegaconf import OmegaConf
 
 from bnnbench.run import config
@@ -71,7 +73,6 @@ def _hydra_whole(overrides):
 def test_a_composition_from_the_kept_tree_equals_hydras_whole_composition():
     """``compose`` applies the key overrides to the pickled tree of the group choices; Hydra composes it all at once:
     the same tree, values, interpolations and struct flag (a key nothing declares still refused)."""
-    import pytest
     from omegaconf.errors import ConfigAttributeError
     for ov in OVERRIDES:
         try:
@@ -92,7 +93,6 @@ def test_a_composition_from_the_kept_tree_equals_hydras_whole_composition():
 
 
 def test_a_wrong_value_is_refused_as_hydra_refuses_it():
-    import pytest
 
     from bnnbench.core.errors import ConfigError
     for ov in (["method=slang", "method.rank=abc"], ["method=vogn", "~method.prec_init=7"]):
@@ -108,9 +108,6 @@ def test_a_wrong_value_is_refused_as_hydra_refuses_it():
 def test_an_edited_config_file_is_seen_by_the_key_check(tmp_path, monkeypatch):
     """``check_overrides`` validates a key against what the group choices compose to; a file edited in the same
     process (a new top-level key) must be composed again, not answered from the first composition."""
-    import shutil
-
-    import pytest
     tree = tmp_path / "configs"
     shutil.copytree(config.config_dir(), tree)
     monkeypatch.setattr(config, "config_dir", lambda: str(tree))
