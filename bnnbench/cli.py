@@ -434,9 +434,10 @@ def _main(argv: list[str]) -> int:
     g.add_argument("--runs-root", default="runs/regression")
     g.add_argument("--only", nargs="*", default=[], metavar="EXP[/LABEL[/DATA]]",
                    help="only these cells (an experiment, a column of it, or one cell: nng_table4/pbp/uci/yacht)")
-    g.add_argument("--max-cell-s", type=float, default=MAX_CELL_S,
+    g.add_argument("--max-cell-s", type=float, default=None,
                    help="re-run a cell outside its experiment's own subset when its record says the re-run takes "
-                        "at most this many seconds (default %(default)s)")
+                        f"at most this many seconds (default: the experiment's regression_max_cell_s, else "
+                        f"{MAX_CELL_S:g})")
     g.add_argument("--references", action="store_true",
                    help="with --only: re-run the reference runs (HMC) of paired metrics it names, not only the columns")
     g.add_argument("--list", action="store_true", help="list the cells it would re-run, with their cost; run nothing")

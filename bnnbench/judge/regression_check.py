@@ -4,7 +4,9 @@ Which cells: every column cell of a committed paper table or leaderboard (``resu
 a record whose re-run is short: the experiment's own subset (``regression_datasets`` / ``regression_columns``,
 :func:`is_fast`), and every other cell whose re-run costs at most ``max_cell_s`` by its record (:func:`rerun_cost`: a
 searched cell re-runs only its final training, with the hyper-parameters its record holds, ``hpo=recorded``; the exact
-columns and fixed-hyper-parameter cells re-run whole). Each is re-run with its record's own configuration, then
+columns and fixed-hyper-parameter cells re-run whole). ``max_cell_s`` is the experiment's ``regression_max_cell_s``
+where it states one (0: its own subset only), else :data:`MAX_CELL_S`; ``--max-cell-s`` overrides both. Each is
+re-run with its record's own configuration, then
 
 1. **record numbers**: every summary metric's mean and standard error equals the record's (seeded CPU runs repeat
    bit for bit; an experiment's ``regression_rtol`` only where a measured host-to-host difference forces one);
@@ -151,10 +153,21 @@ def table_moves(exp: str, old, new, rtol: float = 0.0) -> list[Moved]:
     return out
 
 
-def selected_cells(exp: str, spec: dict, results: Path, max_cell_s: float, only: list[str],
+def cell_limit(spec: dict, max_cell_s: float | None) -> float:
+    """The re-run cost (s) up to which a cell outside the experiment's own subset is re-run: ``max_cell_s`` where the
+    command line gives one, else the experiment's ``regression_max_cell_s``, else :data:`MAX_CELL_S`."""
+    if max_cell_s is not None:
+        return float(max_cell_s)
+    own = spec.get("regression_max_cell_s")
+    return MAX_CELL_S if own is None else float(own)
+
+
+def selected_cells(exp: str, spec: dict, results: Path, max_cell_s: float | None, only: list[str],
                    references: set[str] = frozenset()) -> list[dict]:
-    """The cells of ``exp`` this check re-runs (see the module's docstring); the reference runs of paired metrics
-    whose labels are in ``references`` too, where ``only`` names them (HMC: minutes a cell)."""
+    """The cells of ``exp`` this check re-runs (see the module's docstring; ``max_cell_s``: :func:`cell_limit`); the
+    reference runs of paired metrics whose labels are in ``references`` too, where ``only`` names them (HMC: minutes
+    a cell)."""
+    limit = cell_limit(spec, max_cell_s)
     out = []
     for cell in spec["runs"]:
         reference = cell_label(cell) in references
@@ -166,7 +179,7 @@ def selected_cells(exp: str, spec: dict, results: Path, max_cell_s: float, only:
         rec = load_record(run_dir(results / "runs", exp, cell_label(cell), cell["data"]))
         if rec is None or rec.get("status") != "ok":
             continue
-        if (reference and only) or (not reference and (is_fast(cell, spec) or rerun_cost(rec) <= max_cell_s)):
+        if (reference and only) or (not reference and (is_fast(cell, spec) or rerun_cost(rec) <= limit)):
             out.append(cell)
     return out
 
@@ -204,7 +217,7 @@ def main(args) -> int:
 
     results, runs_root = Path(args.results), Path(args.runs_root)
     only = list(getattr(args, "only", None) or [])
-    max_cell_s = float(getattr(args, "max_cell_s", MAX_CELL_S))
+    max_cell_s = getattr(args, "max_cell_s", None)
     rerecording = bool(getattr(args, "rerecord", False))
     baselining = bool(getattr(args, "baseline", False))
     references = bool(getattr(args, "references", False))

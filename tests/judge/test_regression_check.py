@@ -57,6 +57,32 @@ def test_rerun_cost_is_the_final_training_of_a_searched_cell():
     assert rerun_cost(searched) == 3.0 and rerun_cost(fixed) == 4.0 and rerun_cost(resumed) == 390.0
 
 
+def test_an_experiment_may_narrow_the_cells_beyond_its_subset_and_the_command_line_widens_them(tmp_path):
+    """A cell outside the experiment's own subset is re-run when its record's cost is within the limit: 30 s by
+    default, the experiment's ``regression_max_cell_s`` where it states one (0: its subset only), the command line's
+    ``--max-cell-s`` over both."""
+    from bnnbench.judge.regression_check import MAX_CELL_S, cell_limit, selected_cells
+    from bnnbench.run.results import run_dir
+    runs = [{"method": "bbb", "data": "uci/yacht"}, {"method": "bbb", "data": "uci/kin8nm"},
+            {"method": "bbb", "data": "uci/protein"}]
+    for cell, wall in zip(runs, (5.0, 20.0, 400.0)):
+        d = run_dir(tmp_path / "runs", "board", "bbb", cell["data"])
+        d.mkdir(parents=True)
+        (d / "record.json").write_text(json.dumps({"status": "ok", "wall_time_s": wall, "train_time_s": wall,
+                                                   "config": {"spec": {"hpo": {"kind": "fixed"}}}}))
+    spec = {"methods": {"bbb": {}}, "runs": runs}
+
+    def chosen(spec, max_cell_s):
+        return [c["data"] for c in selected_cells("board", spec, tmp_path, max_cell_s, [])]
+
+    assert cell_limit(spec, None) == MAX_CELL_S
+    assert chosen(spec, None) == ["uci/yacht", "uci/kin8nm"]          # yacht: the subset; kin8nm: 20 s <= 30 s
+    narrowed = {**spec, "regression_max_cell_s": 0}
+    assert cell_limit(narrowed, None) == 0.0 and chosen(narrowed, None) == ["uci/yacht"]
+    assert chosen(narrowed, 1e9) == ["uci/yacht", "uci/kin8nm", "uci/protein"]
+    assert chosen({**narrowed, "regression_datasets": ["uci/protein"]}, None) == ["uci/protein"]
+
+
 @pytest.fixture
 def results_copy(tmp_path, module_env):
     """A copy of the committed NNG Table 4 records and table (PBP re-runs in seconds; HMC's record stands in)."""
