@@ -290,6 +290,8 @@ def test_a_grid_search_interrupted_part_way_resumes_from_its_checkpoint(tmp_path
     monkeypatch.setattr(results, "save_checkpoint", real_save)
     run_dir = tmp_path / "cut" / "run"
     assert not (run_dir / "record.json").exists() and len(list(run_dir.glob(".hpo-*-round0.pt"))) == 1
+    ck_file, = run_dir.glob(".hpo-*-round0.pt")
+    torch.save({**torch.load(ck_file, weights_only=False), "elapsed": 1000.0}, ck_file)   # 2 epochs took 1000 s
     epochs = []
     real_step = engine.epoch_batches
     monkeypatch.setattr(engine, "epoch_batches", lambda *a, **k: epochs.append(1) or real_step(*a, **k))
@@ -300,6 +302,7 @@ def test_a_grid_search_interrupted_part_way_resumes_from_its_checkpoint(tmp_path
     assert len(epochs) == 2 + 4   # the round's epochs 3 and 4, then the final training's 4
     assert resumed["hparams"] == ref["hparams"] and resumed["hpo_trace"] == ref["hpo_trace"]
     assert resumed["metrics"] == ref["metrics"]
+    assert resumed["wall_time_s"] >= resumed["hpo_time_s"] >= 1000   # the search's time before the cut counts
     assert not list(run_dir.glob(".*.pt"))   # every resume file removed once the record exists
 
 

@@ -54,10 +54,10 @@ class _FoldScores:
     def hparams(self, point) -> dict:
         return _hp_dict(self.names, self.spec.space, point)
 
-    def __call__(self, cands, checkpoint: Path | None = None) -> tuple[np.ndarray, float]:
-        """``cands[i]``: the ``[C, d]`` candidate points of split i -> (mean score ``[n_splits, C]``, seconds). With
-        ``checkpoint``, the round's training saves itself there every ``checkpoint_every`` epochs and resumes from it
-        (``engine.train``).
+    def __call__(self, cands, checkpoint: Path | None = None) -> tuple[np.ndarray, float, float]:
+        """``cands[i]``: the ``[C, d]`` candidate points of split i -> (mean score ``[n_splits, C]``, seconds, the
+        part of them spent before the checkpoint it resumed from). With ``checkpoint``, the round's training saves
+        itself there every ``checkpoint_every`` epochs and resumes from it (``engine.train``).
         """
         C, n_s, n_f = len(cands[0]), self.n_splits, self.n_folds
         data_index, hps = [], []
@@ -71,7 +71,7 @@ class _FoldScores:
         score = res.final[self.metric].reshape(n_s, n_f, C)
         score = torch.where(torch.isfinite(score), score, torch.full_like(score, self.failed))
         score = torch.where(res.diverged.cpu().reshape(n_s, n_f, C), torch.full_like(score, self.failed), score)
-        return score.mean(1).numpy(), res.wall_time_s
+        return score.mean(1).numpy(), res.wall_time_s, res.resumed_s
 
     def record(self, cands, mean) -> None:
         for i in range(self.n_splits):
@@ -88,7 +88,8 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
     With ``resume`` (a file path), every finished round (Bayesian optimisation's, or the grid's one) is saved there,
     and a restarted selection replays the saved rounds (same proposals, same scores, same generator state)
     instead of training them again, and resumes a round interrupted part-way from its last checkpoint
-    (``round_checkpoint``); ``replayed_s`` is the time the replayed rounds took when they ran. ``compile``: the
+    (``round_checkpoint``); ``replayed_s`` is the search's time spent in earlier processes: the replayed rounds'
+    when they ran, and a resumed round's training before its checkpoint. ``compile``: the
     rounds' steps through ``torch.compile`` (``FitOptions.compile``).
     """
     log = log or _log
@@ -112,19 +113,20 @@ def round_checkpoint(resume: Path | None, k: int) -> Path | None:
 
 
 def _scored_round(scores: _FoldScores, cands, rounds: list, k: int, resume: Path | None):
-    """Round ``k``'s mean scores and the seconds it took: replayed from ``rounds`` (finished before an interruption,
-    0 s now, its recorded seconds returned third), or trained (resuming from its round checkpoint) and appended to
-    ``rounds``, saved to ``resume``."""
+    """Round ``k``'s mean scores, the seconds it took in this process and those it took in earlier ones: replayed
+    from ``rounds`` (finished before an interruption: 0 s now, its recorded seconds before), or trained (resuming
+    from its round checkpoint: the training before it counted third) and appended to ``rounds``, saved to
+    ``resume``."""
     if k < len(rounds):
         if not all(np.allclose(a, b) for a, b in zip(cands, rounds[k]["cands"])):
             raise ConfigError(f"{resume} does not belong to this configuration; delete it to start afresh")
         scores.gen.set_state(rounds[k]["generator"])
         return rounds[k]["mean"], 0.0, rounds[k].get("wall", 0.0)
-    mean, wall = scores(cands, checkpoint=round_checkpoint(resume, k))
+    mean, wall, earlier = scores(cands, checkpoint=round_checkpoint(resume, k))
     rounds.append({"cands": cands, "mean": mean, "generator": scores.gen.get_state(), "wall": wall})
     if resume is not None:
         results.save_checkpoint(resume, rounds)
-    return mean, wall, 0.0
+    return mean, wall - earlier, earlier
 
 
 def _grid_search(spec: RunSpec, scores: _FoldScores, resume: Path | None, log):
