@@ -105,6 +105,11 @@ class Method:
     # numbers up to float rounding (``bnnbench.run.compiled``, the run's ``compile`` setting; tests/run/test_contract.py
     # checks it): no data-dependent branch, and a host library call only in a function the compiler is told to skip
     compilable = False
+    # True where the compiled step, on a CPU, runs its kernels from a C++ wrapper (inductor's ``cpp_wrapper``: the same
+    # kernels, so the same numbers) instead of a Python one: pays where a compiled graph launches many tiny kernels,
+    # as HMC's trajectory of L leapfrog steps does (1.5x at NNG Table 4's net, bench/hmc_numpyro.py), at a few seconds
+    # more of compiling
+    compile_cpp_wrapper = False
     # state fields whose columns are eigenvectors, defined up to sign (SLANG's U): compared through F F^T wherever two
     # computations of one state are compared (a compiled step against the eager one)
     sign_free = ()

@@ -17,18 +17,20 @@ Only methods that declare ``compilable = True`` are compiled (their compiled ste
 and only on an MLP, or on a GPU (a convolutional network's step is a few large kernels on a CPU; on a GPU its launches
 weigh); for the others the setting changes nothing, and the resolved configuration records ``compile: false`` for them.
 A method whose step reads a tensor on the host between its parts compiles its pure part (``Method.compiled_step``): HMC
-compiles its proposal, the whole leapfrog trajectory of L_max steps with the accept test (``HMC.propose``; the
-warm-up's adaptation and the kept draws stay eager), 5.5x faster than eager at NNG Table 4's net, 1.35x NumPyro's
-transition (``bench/hmc_numpyro.py``); its chains move as the eager ones to float rounding and accept alike, though in
-float32 its step-size adaptation, which reads alpha = exp(H - H'), a difference of large energies, differs by 1-4e-5
-relative (tests/run/test_contract.py). SLANG compiles its step with the per-example gradients back-propagated in closed
-form (``SLANG.compiled_step``: autograd's graph would break at the eigensolver), the CPU's eigensolver (``top_eigh``:
-LAPACK through scipy, ``torch.compiler.disable``) eager between the compiled parts: 1.4x at R = 100, 1.8x at R = 20
-(``bench/step_ab.py``). Noisy K-FAC compiles as one graph, its Cholesky fallback (``inv_chol_t``: eigenvalues clamped
-where a factor is not numerically positive definite) through ``torch.cond`` instead of a branch on the host: 1.1x at R
-= 100, 1.3x at R = 20. The inducing-point families compile on their MLP (``InducingFamily.compiles_with``; App. G's
-setting: factorised 2.0-2.2x, global inducing 1.3-1.5x), not on their convolutional architectures (not tried). Not
-compilable at present: K-FAC (convolutional), full Gaussian VI and PBP (not measured).
+compiles its proposal, the whole leapfrog trajectory of L_max steps with the accept test (``HMC.propose``; the warm-up's
+adaptation and the kept draws stay eager), 5.5x faster than eager at NNG Table 4's net; its kernels, about a dozen tiny
+ones per leapfrog step, are called from inductor's C++ wrapper on a CPU (``Method.compile_cpp_wrapper``; the same
+kernels), which took its transition from 1.19-1.35x NumPyro's to 0.91-0.93x (``bench/hmc_numpyro.py``); its chains move
+as the eager ones to float rounding and accept alike, though in float32 its step-size adaptation, which reads alpha =
+exp(H - H'), a difference of large energies, differs by 1-4e-5 relative (tests/run/test_contract.py). SLANG compiles its
+step with the per-example gradients back-propagated in closed form (``SLANG.compiled_step``: autograd's graph would
+break at the eigensolver), the CPU's eigensolver (``top_eigh``: LAPACK through scipy, ``torch.compiler.disable``) eager
+between the compiled parts: 1.4x at R = 100, 1.8x at R = 20 (``bench/step_ab.py``). Noisy K-FAC compiles as one graph,
+its Cholesky fallback (``inv_chol_t``: eigenvalues clamped where a factor is not numerically positive definite) through
+``torch.cond`` instead of a branch on the host: 1.1x at R = 100, 1.3x at R = 20. The inducing-point families compile on
+their MLP (``InducingFamily.compiles_with``; App. G's setting: factorised 2.0-2.2x, global inducing 1.3-1.5x), not on
+their convolutional architectures (not tried). Not compilable at present: K-FAC (convolutional), full Gaussian VI and
+PBP (not measured).
 
 On a GPU (``device=cuda``) the compiled step also runs as a CUDA graph (``torch.compile(mode="reduce-overhead")``,
 inductor's CUDA-graph trees): the small networks' steps are bound by kernel launches there (an MNIST Adam step takes
@@ -106,7 +108,10 @@ def compiled_step(method: Method, device: torch.device | None = None):
     if mode == "reduce-overhead":
         import torch._inductor.config
         torch._inductor.config.comprehensive_padding = False
-    fn = method.compiled_step(lambda f: _owned(torch.compile(f, dynamic=False, mode=mode), mode))
+    # a CPU graph's kernels called from C++ where the method asks (``Method.compile_cpp_wrapper``); under CUDA graphs
+    # the wrapper runs once per capture, so it stays Python there
+    options = {"cpp_wrapper": True} if mode is None and getattr(method, "compile_cpp_wrapper", False) else None
+    fn = method.compiled_step(lambda f: _owned(torch.compile(f, dynamic=False, mode=mode, options=options), mode))
 
     def step(state, batch, noise, lr_scale: float = 1.0):
         if mode == "reduce-overhead":

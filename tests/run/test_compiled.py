@@ -88,10 +88,11 @@ def test_on_a_gpu_the_compiled_step_runs_as_cuda_graphs_each_update_a_new_graph_
     assert not compiled.compiles(METHODS["bbb"], True, conv=True, device="cpu")
     assert not compiled.compiles(METHODS["kfac"], True, conv=True, device="cuda")
     assert compiled.compiles(METHODS["bbb"], True, device="cpu") and not compiled.compiles(METHODS["bbb"], False)
-    modes, marks, pool = [], [], []
+    modes, marks, pool, opts = [], [], [], []
 
-    def fake_compile(fn, dynamic=None, mode=None):
+    def fake_compile(fn, dynamic=None, mode=None, options=None):
         modes.append(mode)
+        opts.append(options)
 
         def graphs(*a):
             marks.append("step")
@@ -110,7 +111,7 @@ def test_on_a_gpu_the_compiled_step_runs_as_cuda_graphs_each_update_a_new_graph_
     batch = Batch(torch.randn(2, 5, 3, generator=g, dtype=DT), torch.randn(2, 5, generator=g, dtype=DT), state.n_data)
     for device, mode, per_step in ((torch.device("cuda"), "reduce-overhead", ["mark", "step"]),
                                    (torch.device("cpu"), None, ["step"])):
-        modes.clear(), marks.clear(), pool.clear()
+        modes.clear(), marks.clear(), pool.clear(), opts.clear()
         update = compiled.compiled_update(method, device)
         g_e, g_c = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
         eager = ours = state
@@ -121,5 +122,12 @@ def test_on_a_gpu_the_compiled_step_runs_as_cuda_graphs_each_update_a_new_graph_
             owned = {v.data_ptr() for v in ours.tensors().values()}.isdisjoint(v.data_ptr() for v in pool)
             assert owned is (mode == "reduce-overhead")
         assert modes == [mode] and marks == per_step * 3
+        assert opts == [None]   # BBB's graph: inductor's Python wrapper
         for k, v in eager.tensors().items():
             assert torch.equal(ours.tensors()[k], v), k
+    # HMC's trajectory (50 leapfrog steps of tiny kernels) calls its kernels from C++ on a CPU; not under CUDA graphs
+    hmc = METHODS["hmc"](method_cfg("hmc"), model, "gaussian")
+    for device, want in ((torch.device("cpu"), {"cpp_wrapper": True}), (torch.device("cuda"), None)):
+        opts.clear()
+        compiled.compiled_step(hmc, device)
+        assert opts == [want]

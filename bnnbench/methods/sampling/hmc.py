@@ -130,6 +130,7 @@ class HMC(Method):
     full_batch = True
     needs_autograd = False
     compilable = True  # its proposal (bench/hmc_numpyro.py: the trajectory compiled whole)
+    compile_cpp_wrapper = True   # 50 leapfrog steps of [20, 20, 10] kernels: the Python wrapper's calls weigh
 
     def __init__(self, cfg, model, likelihood: str):
         super().__init__(cfg, model, likelihood)
