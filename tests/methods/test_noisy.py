@@ -423,3 +423,49 @@ def test_the_compiled_factor_root_takes_the_fallback_as_the_eager_one_does(dtype
             assert torch.allclose(comp[ok], eager[ok], rtol=1e-5 if dtype == torch.float32 else 1e-12)
     finally:
         torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name", ["noisy_adam", "noisy_kfac", "noisy_kfac_blktri"])
+def test_a_replicas_own_kl_weight_is_the_run_of_a_config_with_that_kl_weight(name):
+    """Each replica's lambda (``Problem.hparams["kl_weight"]``, as a grid search over it gives one) makes exactly the
+    posterior, steps and KL that a config with that ``kl_weight`` makes for the replica alone: the covariance scale
+    lambda / N, the intrinsic damping lambda / (N eta) and the tempered KL all follow the replica's own lambda."""
+    from torch.utils._pytree import tree_map
+
+    g = torch.Generator().manual_seed(0)
+    model = MLP([2, 3, 2, 1])
+    lams = [1.0, 0.3, 0.05]
+    R, N = len(lams), 20
+    X, y = torch.randn(N, 2, generator=g, dtype=DT), torch.randn(N, generator=g, dtype=DT)
+    cfg = {**(ADAM if name == "noisy_adam" else KFAC), "train_samples": 3}
+
+    def problem(n_rep, hp=None):
+        return Problem("gaussian", torch.tensor([N] * n_rep), torch.full((n_rep, model.n_params), 2.0, dtype=DT),
+                       noise_prec=torch.full((n_rep,), 1.5, dtype=DT), y_scale=torch.ones(n_rep, dtype=DT),
+                       hparams=hp or {})
+
+    method = METHODS[name](OmegaConf.create(cfg), model, "gaussian")
+    state = method.init(problem(R, {"kl_weight": torch.tensor(lams, dtype=DT)}), torch.Generator().manual_seed(1))
+    alone = [METHODS[name](OmegaConf.create({**cfg, "kl_weight": lam}), model, "gaussian") for lam in lams]
+    states = [m.init(problem(1), torch.Generator().manual_seed(1)) for m in alone]
+    for r in range(R):   # the same initial mean: only lambda differs
+        states[r] = states[r].replace(mean=state.mean[r:r + 1].clone())
+    batch = Batch(X[None].expand(R, -1, -1), y[None].expand(R, -1), torch.tensor([N] * R))
+    gn = torch.Generator().manual_seed(2)
+    for t in range(4):
+        noise = method.noise(state, batch, gn)
+        state, _ = method.step(state, batch, noise, lr_scale=1.0 if t < 2 else 0.1)
+        for r in range(R):
+            states[r], _ = alone[r].step(states[r], Batch(X[None], y[None], torch.tensor([N])),
+                                         tree_map(lambda v: v[r:r + 1], noise), lr_scale=1.0 if t < 2 else 0.1)
+            assert torch.allclose(state.mean[r], states[r].mean[0], rtol=1e-10, atol=1e-13)
+    eps = method.noise(state, batch, torch.Generator().manual_seed(3))[0]
+    for r in range(R):
+        assert torch.allclose(method.kl(state)[r], alone[r].kl(states[r])[0], rtol=1e-10)
+        if name == "noisy_adam":   # q's sd sqrt(lambda / (N (f + gamma_in)))
+            assert torch.allclose(method.std(state)[r], alone[r].std(states[r])[0], rtol=1e-10)
+        else:                      # the draws from the same eps: the covariance (lambda / N) F^-1
+            for w, w1 in zip(method._weights(state, eps), alone[r]._weights(states[r], [e[r:r + 1] for e in eps])):
+                assert torch.allclose(w[r], w1[0], rtol=1e-10, atol=1e-13)
+    # lambda matters: a replica's KL at 0.05 is not its KL at 1
+    assert not torch.allclose(state.mean[0], state.mean[2])

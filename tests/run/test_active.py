@@ -74,3 +74,20 @@ def test_bad_settings_are_refused_before_any_work():
         active.check(replace(spec, active_learning={"rounds": 0, "acquire": "random"}))
     with pytest.raises(ConfigError, match="split_scheme kind subsample"):
         active.check(replace(spec, split_scheme=None))
+
+
+@pytest.mark.parametrize("method", ["noisy_adam", "noisy_kfac"])
+def test_table3s_nng_cells_choose_lambda_per_trial_by_cross_validating_its_initial_rows(method):
+    """NNG Table 3's NNG cells (``hpo=grid``): lambda from {1, 0.3, 0.1} by 5-fold cross-validation of each trial's
+    training rows, by the per-point LL; ``hpo=fixed`` keeps lambda = 1; the other methods have no lambda axis."""
+    def spec(*extra):
+        ov = ["experiment=nng_table3", f"method={method}", "data=uci/concrete", *extra]
+        return resolve(compose(ov), CommandLine.parse(ov))
+
+    grid = spec("hpo=grid")
+    assert grid.space == {"kl_weight": {"values": [1.0, 0.3, 0.1]}}
+    assert (grid.hpo["kind"], grid.hpo["folds"], grid.hpo["use_folds"], grid.hpo["metric"]) == (
+        "grid", 5, 5, "loglik_pointwise")
+    assert spec("hpo=fixed").fixed["kl_weight"] == 1.0
+    ov = ["experiment=nng_table3", "method=pbp", "data=uci/concrete", "hpo=grid"]
+    assert "kl_weight" not in resolve(compose(ov), CommandLine.parse(ov)).space

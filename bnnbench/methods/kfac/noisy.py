@@ -25,6 +25,7 @@ q(tau), ``gamma_noise``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import List, Optional
 
 import torch
@@ -50,6 +51,12 @@ def kl_clip_coeff(cfg, t: torch.Tensor, lr: float, step: torch.Tensor, V: torch.
             step.dtype)
     sq = (lr ** 2) * (step * V).sum(-1)
     return torch.sqrt(c / sq.clamp_min(torch.finfo(step.dtype).tiny)).clamp(max=1.0)
+
+
+def _col(lam, dims: int):
+    """lambda as a factor of ``[R, ...]`` tensors with ``dims`` trailing axes: the float, or the per-replica ``[R]``
+    viewed as ``[R, 1 x dims]``."""
+    return lam if isinstance(lam, float) else lam.reshape(-1, *[1] * dims)
 
 
 def _summed_gradient(a, d_y, g_W, S: int):
@@ -136,9 +143,16 @@ class _NoisyBase(Method):
             fields.update(gamma_noise.init_state(self.cfg, R, mean.device, mean.dtype))
         return fields
 
+    def lam(self, state_or_value):
+        """lambda, the KL weight: the config's ``kl_weight``, or each replica's own ``[R]`` where a search gives one
+        (``replica_hparams``: NNG Table 3 selects it per trial on held-out training rows). Takes a state or a
+        problem's ``[R]`` value (None: the config's)."""
+        lam = getattr(state_or_value, "kl_weight", state_or_value)
+        return float(self.cfg.kl_weight) if lam is None else lam
+
     def gamma_in(self, state):
         """lambda / (N eta) = kl_weight * prior_prec / N, per parameter ``[R, P]``."""
-        return self.cfg.kl_weight * state.prior_prec / state.n_data.to(state.mean.dtype)[:, None]
+        return _col(self.lam(state), 1) * state.prior_prec / state.n_data.to(state.mean.dtype)[:, None]
 
     def _noise_step(self, state, f, y, lr_scale) -> dict:
         """Adam step on q(tau)'s (log a, log b) (``gamma_noise.step``); nothing without a learned noise."""
@@ -174,24 +188,28 @@ class _NoisyBase(Method):
 
 @state_class
 class NoisyAdamState(MeanFieldState):
-    """The mean mu, the momentum m and the Fisher diagonal estimate f of Alg. 1 after t steps."""
+    """The mean mu, the momentum m and the Fisher diagonal estimate f of Alg. 1 after t steps; each replica's KL
+    weight lambda ``[R]`` where the problem gives one (else the config's)."""
     m: torch.Tensor
     f: torch.Tensor
     t: torch.Tensor
+    kl_weight: torch.Tensor | None = None
 
 
 class NoisyAdam(_NoisyBase, MeanField):
     name = "noisy_adam"
     compilable = True  # bench/compile_step.py: 1.3-2x faster compiled at UCI scale
     Config = NoisyAdamConfig
+    replica_hparams = MappingProxyType({"kl_weight": (0.01, 1.0)})   # lambda, where a search gives one
 
     def init(self, problem: Problem, generator: torch.Generator) -> NoisyAdamState:
         fields = self._common_init(problem, generator)
         mean = fields["mean"]
         if self.cfg.init_std is not None:  # f + gamma_in = lambda / (N sigma_0^2): the code's sigma_0 = 1e-5
             N = problem.n_data.to(mean.dtype)[:, None]
-            gamma_in = self.cfg.kl_weight * problem.prior_prec / N
-            f0 = self.cfg.kl_weight / (N * self.cfg.init_std ** 2) - gamma_in
+            lam = _col(self.lam(problem.hparams.get("kl_weight")), 1)
+            gamma_in = lam * problem.prior_prec / N
+            f0 = lam / (N * self.cfg.init_std ** 2) - gamma_in
             f0 = f0.clamp_min(0).expand_as(mean).clone()
         else:
             f0 = torch.full_like(mean, self.cfg.f_init)
@@ -199,7 +217,7 @@ class NoisyAdam(_NoisyBase, MeanField):
 
     def std(self, state):
         N = state.n_data.to(state.mean.dtype)[:, None]
-        return torch.sqrt(self.cfg.kl_weight / N / (state.f + self.gamma_in(state)))
+        return torch.sqrt(_col(self.lam(state), 1) / N / (state.f + self.gamma_in(state)))
 
     def noise(self, state, batch, generator):
         """The weights' eps and the draws of the sampled targets."""
@@ -235,8 +253,8 @@ class NoisyAdam(_NoisyBase, MeanField):
     def kl(self, state):
         """lambda KL(q(w) || p(w)) (the tempered KL of the noisy-NG objective)."""
         mean = state.mean
-        return self.cfg.kl_weight * kl_diag_gaussians(mean, self.var(state), torch.zeros_like(mean),
-                                                      1 / state.prior_prec)
+        return self.lam(state) * kl_diag_gaussians(mean, self.var(state), torch.zeros_like(mean),
+                                                   1 / state.prior_prec)
 
 
 @state_class
@@ -249,6 +267,7 @@ class KFACState(State):
     layers: tuple[Kronecker, ...]
     mom: tuple[torch.Tensor, ...] | None = None
     velocity: torch.Tensor | None = None
+    kl_weight: torch.Tensor | None = None   # lambda per replica ``[R]`` where the problem gives one
 
 
 class KroneckerFactored(_NoisyBase):
@@ -305,7 +324,7 @@ class KroneckerFactored(_NoisyBase):
     def _gammas(self, state):
         N = state.n_data.to(state.mean.dtype)
         lam = state.prior_prec[:, 0]  # one prior precision 1/eta for all parameters (the paper's prior)
-        g_in = self.cfg.kl_weight * lam / N
+        g_in = self.lam(state) * lam / N
         return g_in, g_in + self.cfg.damping_ex
 
     def _refresh(self, state, covariance: bool, inverses: bool):
@@ -404,6 +423,7 @@ class NoisyKFAC(KroneckerFactored):
 
     name = "noisy_kfac"
     Config = NoisyKFACConfig
+    replica_hparams = MappingProxyType({"kl_weight": (0.01, 1.0)})   # lambda, where a search gives one
     compilable = True   # bench/step_ab.py
 
     @property
@@ -414,7 +434,7 @@ class NoisyKFAC(KroneckerFactored):
 
     def _refresh(self, state, covariance: bool, inverses: bool):
         g_in, g = self._gammas(state)
-        scale = torch.sqrt(self.cfg.kl_weight / state.n_data.to(state.mean.dtype))[:, None, None]
+        scale = torch.sqrt(self.lam(state) / state.n_data.to(state.mean.dtype))[:, None, None]
         layers = []
         for layer in state.layers:
             if covariance:  # square roots of (lambda/N) [A^g_in]^-1 and [S^g_in]^-1: C = chol(X)^-T (unique)
@@ -427,7 +447,7 @@ class NoisyKFAC(KroneckerFactored):
     def _precondition_all(self, state, Vs):
         if not self._inverses_from_covariance:
             return super()._precondition_all(state, Vs)
-        n_over_kl = state.n_data.to(Vs[0].dtype)[:, None, None] / self.cfg.kl_weight
+        n_over_kl = (state.n_data.to(Vs[0].dtype) / self.lam(state))[:, None, None]
         return [layer.precondition_by_root(V, n_over_kl) for layer, V in zip(state.layers, Vs)]
 
     def noise(self, state, batch, generator):
@@ -459,4 +479,4 @@ class NoisyKFAC(KroneckerFactored):
             total = total + 0.5 * ((cA * cA).sum((-2, -1)) * (cS * cS).sum((-2, -1)) / eta
                                    + (M * M).sum((-2, -1)) / eta - k + k * torch.log(eta)
                                    - d_out * logdet_U - (d_in + 1) * logdet_V)
-        return self.cfg.kl_weight * total
+        return self.lam(state) * total
