@@ -469,3 +469,7 @@ def test_a_replicas_own_kl_weight_is_the_run_of_a_config_with_that_kl_weight(nam
                 assert torch.allclose(w[r], w1[0], rtol=1e-10, atol=1e-13)
     # lambda matters: a replica's KL at 0.05 is not its KL at 1
     assert not torch.allclose(state.mean[0], state.mean[2])
+    if name == "noisy_adam":   # init_std sets f so that lambda / (N (f + gamma_in)) = init_std^2, whatever the lambda
+        sd0 = METHODS[name](OmegaConf.create({**cfg, "init_std": 0.01}), model, "gaussian")
+        s0 = sd0.init(problem(R, {"kl_weight": torch.tensor(lams, dtype=DT)}), torch.Generator().manual_seed(1))
+        assert torch.allclose(sd0.std(s0), torch.full_like(s0.mean, 0.01), rtol=1e-12)
