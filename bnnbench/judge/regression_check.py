@@ -87,11 +87,16 @@ def is_searched(record: dict) -> bool:
 
 
 def rerun_cost(record: dict) -> float:
-    """Seconds a re-run of this record takes, by the record: the final training of a searched cell (its
-    hyper-parameters read back), the whole run otherwise (the larger of its wall and training times: the wall time
-    of a run resumed before d175337 counts only its last process)."""
+    """Seconds a re-run of this record takes, by the record: what followed the search for a searched cell (its
+    hyper-parameters read back: the wall time less the search's, at least the training time, which for an active-
+    learning run is its last round's alone), the whole run otherwise (the larger of its wall and training times: the
+    wall time of a run resumed before d175337 counts only its last process)."""
     train = float(record.get("train_time_s") or 0.0)
-    return train if is_searched(record) else max(train, float(record.get("wall_time_s") or 0.0))
+    wall = float(record.get("wall_time_s") or 0.0)
+    if not is_searched(record):
+        return max(train, wall)
+    hpo = record.get("hpo_time_s")
+    return train if hpo is None else max(train, wall - float(hpo))
 
 
 @dataclass(frozen=True)

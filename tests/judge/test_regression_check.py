@@ -57,6 +57,13 @@ def test_rerun_cost_is_the_final_training_of_a_searched_cell():
     assert rerun_cost(searched) == 3.0 and rerun_cost(fixed) == 4.0 and rerun_cost(resumed) == 390.0
 
 
+def test_rerun_cost_of_a_searched_active_learning_cell_is_its_rounds_not_its_last_round():
+    """NNG Table 3's searched cells: ``train_time_s`` is the last of 10 rounds; a re-run trains all of them."""
+    rounds = {"config": {"spec": {"hpo": {"kind": "grid"}}}, "train_time_s": 14.0, "hpo_time_s": 61.0,
+              "wall_time_s": 448.0}
+    assert rerun_cost(rounds) == 387.0
+
+
 def test_an_experiment_may_narrow_the_cells_beyond_its_subset_and_the_command_line_widens_them(tmp_path):
     """A cell outside the experiment's own subset is re-run when its record's cost is within the limit: 30 s by
     default, the experiment's ``regression_max_cell_s`` where it states one (0: its subset only), the command line's
