@@ -143,16 +143,14 @@ class _NoisyBase(Method):
             fields.update(gamma_noise.init_state(self.cfg, R, mean.device, mean.dtype))
         return fields
 
-    def lam(self, state_or_value):
-        """lambda, the KL weight: the config's ``kl_weight``, or each replica's own ``[R]`` where a search gives one
-        (``replica_hparams``: NNG Table 3 selects it per trial on held-out training rows). Takes a state or a
-        problem's ``[R]`` value (None: the config's)."""
-        lam = getattr(state_or_value, "kl_weight", state_or_value)
-        return float(self.cfg.kl_weight) if lam is None else lam
+    def lam(self, kl_weight: torch.Tensor | None):
+        """lambda, the KL weight: each replica's own ``kl_weight [R]`` (a state's or a problem's) where a search gives
+        one (``replica_hparams``: NNG Table 3 selects it per trial on held-out training rows), else the config's."""
+        return float(self.cfg.kl_weight) if kl_weight is None else kl_weight
 
     def gamma_in(self, state):
         """lambda / (N eta) = kl_weight * prior_prec / N, per parameter ``[R, P]``."""
-        return _col(self.lam(state), 1) * state.prior_prec / state.n_data.to(state.mean.dtype)[:, None]
+        return _col(self.lam(state.kl_weight), 1) * state.prior_prec / state.n_data.to(state.mean.dtype)[:, None]
 
     def _noise_step(self, state, f, y, lr_scale) -> dict:
         """Adam step on q(tau)'s (log a, log b) (``gamma_noise.step``); nothing without a learned noise."""
@@ -217,7 +215,7 @@ class NoisyAdam(_NoisyBase, MeanField):
 
     def std(self, state):
         N = state.n_data.to(state.mean.dtype)[:, None]
-        return torch.sqrt(_col(self.lam(state), 1) / N / (state.f + self.gamma_in(state)))
+        return torch.sqrt(_col(self.lam(state.kl_weight), 1) / N / (state.f + self.gamma_in(state)))
 
     def noise(self, state, batch, generator):
         """The weights' eps and the draws of the sampled targets."""
@@ -253,8 +251,8 @@ class NoisyAdam(_NoisyBase, MeanField):
     def kl(self, state):
         """lambda KL(q(w) || p(w)) (the tempered KL of the noisy-NG objective)."""
         mean = state.mean
-        return self.lam(state) * kl_diag_gaussians(mean, self.var(state), torch.zeros_like(mean),
-                                                   1 / state.prior_prec)
+        return self.lam(state.kl_weight) * kl_diag_gaussians(mean, self.var(state), torch.zeros_like(mean),
+                                                              1 / state.prior_prec)
 
 
 @state_class
@@ -324,7 +322,7 @@ class KroneckerFactored(_NoisyBase):
     def _gammas(self, state):
         N = state.n_data.to(state.mean.dtype)
         lam = state.prior_prec[:, 0]  # one prior precision 1/eta for all parameters (the paper's prior)
-        g_in = self.lam(state) * lam / N
+        g_in = self.lam(state.kl_weight) * lam / N
         return g_in, g_in + self.cfg.damping_ex
 
     def _refresh(self, state, covariance: bool, inverses: bool):
@@ -434,7 +432,7 @@ class NoisyKFAC(KroneckerFactored):
 
     def _refresh(self, state, covariance: bool, inverses: bool):
         g_in, g = self._gammas(state)
-        scale = torch.sqrt(self.lam(state) / state.n_data.to(state.mean.dtype))[:, None, None]
+        scale = torch.sqrt(self.lam(state.kl_weight) / state.n_data.to(state.mean.dtype))[:, None, None]
         layers = []
         for layer in state.layers:
             if covariance:  # square roots of (lambda/N) [A^g_in]^-1 and [S^g_in]^-1: C = chol(X)^-T (unique)
@@ -447,7 +445,7 @@ class NoisyKFAC(KroneckerFactored):
     def _precondition_all(self, state, Vs):
         if not self._inverses_from_covariance:
             return super()._precondition_all(state, Vs)
-        n_over_kl = (state.n_data.to(Vs[0].dtype) / self.lam(state))[:, None, None]
+        n_over_kl = (state.n_data.to(Vs[0].dtype) / self.lam(state.kl_weight))[:, None, None]
         return [layer.precondition_by_root(V, n_over_kl) for layer, V in zip(state.layers, Vs)]
 
     def noise(self, state, batch, generator):
@@ -479,4 +477,4 @@ class NoisyKFAC(KroneckerFactored):
             total = total + 0.5 * ((cA * cA).sum((-2, -1)) * (cS * cS).sum((-2, -1)) / eta
                                    + (M * M).sum((-2, -1)) / eta - k + k * torch.log(eta)
                                    - d_out * logdet_U - (d_in + 1) * logdet_V)
-        return self.lam(state) * total
+        return self.lam(state.kl_weight) * total

@@ -207,7 +207,7 @@ class NoisyKFACBlkTri(NoisyKFAC):
         (a function of the factors: u_l = C_A [Q_A ((Q_A^T E Q_G) * D^1/2) Q_G^T] C_G^T), so that a replica's draws
         from the same eps do not depend on the eigenvector basis rounding picks. With eps = identity columns, tests
         read the covariance off this map."""
-        scale = torch.sqrt(self.lam(state) / state.n_data.to(state.mean.dtype))[:, None, None, None]
+        scale = torch.sqrt(self.lam(state.kl_weight) / state.n_data.to(state.mean.dtype))[:, None, None, None]
         links = state.chain_cov
         hom, u_prev = [], None
         for l, (_, QA, _, QG, D, _, _) in enumerate(self._chain(links)):
@@ -227,7 +227,7 @@ class NoisyKFACBlkTri(NoisyKFAC):
         sum_ij D_ij |row i of U_A^T X|^2 |row j of U_G^T Y|^2 (X, Y = I, or P^A, P^G)."""
         mean = state.mean
         eta = 1.0 / state.prior_prec[:, 0]
-        c = self.lam(state) / state.n_data.to(mean.dtype)
+        c = self.lam(state.kl_weight) / state.n_data.to(mean.dtype)
         k = mean.shape[-1]
         logdet, trace = k * torch.log(c), 0
         for l, ((_, _, d_in, d_out), (UA, _, UG, _, D, PA, PG)) in enumerate(zip(self.model.slices,
@@ -239,4 +239,4 @@ class NoisyKFACBlkTri(NoisyKFAC):
                 XA, XG = UA.transpose(-1, -2) @ PA, UG.transpose(-1, -2) @ PG
                 trace = trace + ((XA * XA).sum(-1).unsqueeze(-1) * D * (XG * XG).sum(-1).unsqueeze(-2)).sum((-2, -1))
         total = 0.5 * (c * trace / eta + (mean * mean).sum(-1) / eta - k + k * torch.log(eta) - logdet)
-        return self.lam(state) * total
+        return self.lam(state.kl_weight) * total
