@@ -91,8 +91,44 @@ nng_bbb_lr)               # NNG Table 1, BBB: the smaller step size on every wor
     run experiment=nng_table1 method=bbb data=uci/power label=bbb_lr0.003 method.lr=0.003
     run experiment=nng_table1 method=bbb data=uci/protein label=bbb_lr0.003 method.lr=0.003
     ;;
+gi_samples)               # App. G, gi and fac gi (standard prior): S = 10 MC samples per step at the column's chosen lr
+    for c in energy:gi:0.03 energy:fac_gi:0.03 naval:gi:0.03 naval:fac_gi:0.01 protein:gi:0.03 protein:fac_gi:0.03; do
+        IFS=: read -r d m lr <<<"$c"
+        run experiment=gi_tableG method=$m data=uci/$d label=${m}_standard_lr${lr}_s10 method.prior=standard \
+            method.lr=$lr method.train_samples=10
+    done
+    ;;
+li_samples)               # App. G, local inducing under the Scale prior: S = 10 at the column's chosen lr (yacht and naval:
+                          # cells reproduced at S = 1, collapsed or not)
+    for c in energy:0.03 boston:0.03 concrete:0.03 wine:0.01 yacht:0.03 naval:0.01; do
+        IFS=: read -r d lr <<<"$c"
+        run experiment=gi_tableG method=li data=uci/$d label=li_scale_lr${lr}_s10 method.prior=scale method.lr=$lr \
+            method.train_samples=10
+    done
+    ;;
+fac_samples)              # App. G, factorised under the Scale prior (better than the paper's collapse): S = 10
+    for d in boston yacht; do
+        run experiment=gi_tableG method=fac data=uci/$d label=fac_scale_lr0.01_s10 method.prior=scale method.lr=0.01 \
+            method.train_samples=10
+    done
+    ;;
+gi_energy_split0)         # App. G, gi on energy's split 0 (standard prior, lr 0.03 unless changed): S, steps, lr,
+                          # the CIFAR script's log_prec_lr, inducing inputs from the first minibatch
+    g="experiment=gi_tableG method=gi data=uci/energy method.prior=standard protocol.splits=[0]"
+    run $g label=gi_standard_lr0.03_split0 method.lr=0.03
+    run $g label=gi_standard_lr0.03_split0_s10 method.lr=0.03 method.train_samples=10
+    run $g label=gi_standard_lr0.03_split0_s30 method.lr=0.03 method.train_samples=30
+    run $g label=gi_standard_lr0.03_split0_20k_steps method.lr=0.03 protocol.steps.default=20000
+    run $g label=gi_standard_lr0.03_split0_lr0.1 method.lr=0.1
+    run $g label=gi_standard_lr0.03_split0_log_prec_lr3 method.lr=0.03 method.log_prec_lr=3
+    run $g label=gi_standard_lr0.03_split0_s10_batch_init method.lr=0.03 method.train_samples=10 method.inducing_init=batch
+    ;;
+gi_samples30)             # App. G, gi on energy (standard prior): S = 30 (about 3x the cost of S = 10)
+    run experiment=gi_tableG method=gi data=uci/energy label=gi_standard_lr0.03_s30 method.prior=standard \
+        method.lr=0.03 method.train_samples=30
+    ;;
 *)
-    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|slang_bbb_kin8nm_box|vadam_energy_bo|vadam_final|nng_bbb|nng_bbb_lr" >&2
+    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|slang_bbb_kin8nm_box|vadam_energy_bo|vadam_final|nng_bbb|nng_bbb_lr|gi_samples|li_samples|fac_samples|gi_energy_split0|gi_samples30" >&2
     exit 2
     ;;
 esac

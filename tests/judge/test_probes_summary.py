@@ -50,3 +50,26 @@ def test_a_learned_noise_is_not_read_as_a_chosen_tau(tmp_path, monkeypatch):
     (d / "record.json").write_text(json.dumps(_record([0.0] * 3, [0.0] * 3, kind="fixed", learn_noise=True)))
     row = next(line for line in mod.summary(tmp_path / "probes").splitlines() if line.startswith("| `bbb_lr`"))
     assert "τ learned; log λ 0.00 [0.00, 0.00] (fixed)" in row and "box" not in row
+
+
+def test_a_grid_candidates_probe_sits_beside_that_candidate_and_others_beside_the_method(tmp_path, monkeypatch):
+    mod = _summarise()
+    monkeypatch.setattr(mod, "ROOT", tmp_path)
+    committed = _record([0.0] * 3, [0.0] * 3, kind="fixed", learn_noise=True)
+    committed["summary"]["rmse"]["mean"] = 9.0
+    for label in ("gi_standard_lr0.03", "gi_standard_lr0.01", "bbb"):
+        d = tmp_path / "results" / "runs" / "gi_tableG" / label / "uci__yacht"
+        d.mkdir(parents=True)
+        (d / "record.json").write_text(json.dumps(committed))
+    for label in ("gi_standard_lr0.03_s10", "gi_standard_lr0.03_split0_s30", "bbb_seed1", "other"):
+        d = tmp_path / "probes" / "gi_tableG" / label / "uci__yacht"
+        d.mkdir(parents=True)
+        (d / "record.json").write_text(json.dumps(_record([0.0] * 3, [0.0] * 3, kind="fixed", learn_noise=True)))
+    text = mod.summary(tmp_path / "probes")
+    sections = {s.splitlines()[0]: s for s in text.split("\n## ")[1:]}
+    grid = sections["gi_tableG, gi_standard_lr0.03 on uci/yacht"]    # the longest prefix with a record, not _lr0.01
+    assert "| committed `gi_standard_lr0.03` |" in grid and "9.0000 ± 0.1250" in grid
+    assert "| `gi_standard_lr0.03_s10` |" in grid and "| `gi_standard_lr0.03_split0_s30` |" in grid
+    method = sections["gi_tableG, bbb on uci/yacht"]                  # no prefix has a record: the method's run
+    assert "| committed `bbb` |" in method and "| `bbb_seed1` |" in method and "| `other` |" in method
+    assert "gi_standard_lr0.01" not in text
