@@ -16,6 +16,9 @@ run() {
     fi
 }
 e() { python3 -c "import math; print(math.exp($1))"; }   # a log-space value as the command line takes it
+s10() {   # an App. G column (set, family, prior, lr) at S = 10 MC samples per step, labelled after the grid candidate
+    run experiment=gi_tableG method=$2 data=uci/$1 label=$2_$3_lr$4_s10 method.prior=$3 method.lr=$4 method.train_samples=10
+}
 mkdir -p "$R"
 S2=results/runs/slang_table2/bbb
 V1=results/runs/vadam_table1/vadam
@@ -92,31 +95,19 @@ nng_bbb_lr)               # NNG Table 1, BBB: the smaller step size on every wor
     run experiment=nng_table1 method=bbb data=uci/protein label=bbb_lr0.003 method.lr=0.003
     ;;
 gi_samples)               # App. G, gi and fac gi (standard prior): S = 10 MC samples per step at the column's chosen lr
-    for c in energy:gi:0.03 energy:fac_gi:0.03 naval:gi:0.03 naval:fac_gi:0.01 protein:gi:0.03 protein:fac_gi:0.03; do
-        IFS=: read -r d m lr <<<"$c"
-        run experiment=gi_tableG method=$m data=uci/$d label=${m}_standard_lr${lr}_s10 method.prior=standard \
-            method.lr=$lr method.train_samples=10
-    done
+    s10 energy gi standard 0.03; s10 energy fac_gi standard 0.03; s10 naval gi standard 0.03
+    s10 naval fac_gi standard 0.01; s10 protein gi standard 0.03; s10 protein fac_gi standard 0.03
     ;;
 li_samples)               # App. G, local inducing under the Scale prior: S = 10 at the column's chosen lr (yacht and naval:
                           # cells reproduced at S = 1, collapsed or not)
-    for c in energy:0.03 boston:0.03 concrete:0.03 wine:0.01 yacht:0.03 naval:0.01; do
-        IFS=: read -r d lr <<<"$c"
-        run experiment=gi_tableG method=li data=uci/$d label=li_scale_lr${lr}_s10 method.prior=scale method.lr=$lr \
-            method.train_samples=10
-    done
+    s10 energy li scale 0.03; s10 boston li scale 0.03; s10 concrete li scale 0.03; s10 wine li scale 0.01
+    s10 yacht li scale 0.03; s10 naval li scale 0.01
     ;;
 li_standard_samples)      # App. G, local inducing under the standard prior (collapsed, as the paper's, on most sets): S = 10
-    for d in boston energy wine concrete; do
-        run experiment=gi_tableG method=li data=uci/$d label=li_standard_lr0.03_s10 method.prior=standard method.lr=0.03 \
-            method.train_samples=10
-    done
+    for d in boston energy wine concrete; do s10 $d li standard 0.03; done
     ;;
 fac_samples)              # App. G, factorised under the Scale prior (better than the paper's collapse): S = 10
-    for d in boston yacht; do
-        run experiment=gi_tableG method=fac data=uci/$d label=fac_scale_lr0.01_s10 method.prior=scale method.lr=0.01 \
-            method.train_samples=10
-    done
+    for d in boston yacht; do s10 $d fac scale 0.01; done
     ;;
 gi_energy_split0)         # App. G, gi on energy's split 0 (standard prior, lr 0.03 unless changed): S, steps, lr,
                           # the CIFAR script's log_prec_lr, inducing inputs from the first minibatch
