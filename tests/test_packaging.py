@@ -34,3 +34,17 @@ def test_the_wheel_holds_every_config_reference_table_and_the_registry(tmp_path)
         packages = tomllib.load(f)["tool"]["setuptools"]["packages"]
     assert {p.replace(".", "/") + "/" for p in packages} >= listed   # every config group listed (setuptools' rule)
     assert len(wanted) > 60 and not wanted - names, sorted(wanted - names)
+
+
+def test_every_docs_file_that_the_code_configs_and_reports_cite_is_in_the_repository():
+    import re
+    cited = {}
+    for root in ("bnnbench", "configs", "bench", "docs", "results/README.md", "README.md", "Makefile"):
+        paths = [REPO / root] if (REPO / root).is_file() else [p for p in (REPO / root).rglob("*")
+                                                               if p.suffix in (".py", ".yaml", ".md", ".sh")]
+        for p in paths:
+            for m in re.findall(r"docs/[A-Za-z0-9_./-]+\.md", p.read_text(errors="replace")):
+                cited.setdefault(m, p.relative_to(REPO))
+    assert len(cited) >= 10
+    missing = {c: str(where) for c, where in cited.items() if not (REPO / c).is_file()}
+    assert not missing, missing
