@@ -121,6 +121,15 @@ gi_energy_split0)         # App. G, gi on energy's split 0 (standard prior, lr 0
     run $g label=gi_standard_lr0.03_split0_s10_batch_init method.lr=0.03 method.train_samples=10 method.inducing_init=batch
     run $g label=gi_standard_lr0.03_split0_s10_20k_steps method.lr=0.03 method.train_samples=10 protocol.steps.default=20000
     ;;
+slang_a1a_seeds)          # SLANG Table 1, a1a: the stochastic columns' final iterates under other seeds (4-10 min each)
+    for s in 1 2; do
+        run experiment=slang_table1 method=full_gaussian data=libsvm/a1a label=mf_hessian_seed$s seed=$s \
+            method.covariance=diag method.curvature=ggn
+    done
+    run experiment=slang_table1 method=slang data=libsvm/a1a label=slang_L5_seed1 seed=1 method.rank=5
+    run experiment=slang_table1 method=full_gaussian data=libsvm/a1a label=mf_ef_seed1 seed=1 \
+        method.covariance=diag method.curvature=ef
+    ;;
 gi_lr_edge)               # App. G, local inducing at lr 0.1, above the grid's top (0.03: chosen by 34 of 72 columns)
     run experiment=gi_tableG method=li data=uci/boston label=li_scale_lr0.03_lr0.1 method.prior=scale method.lr=0.1
     for d in boston concrete naval power protein wine; do
@@ -132,7 +141,7 @@ gi_samples30)             # App. G, gi on energy (standard prior): S = 30 (about
         method.lr=0.03 method.train_samples=30
     ;;
 *)
-    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|slang_bbb_kin8nm_box|vadam_energy_bo|vadam_final|nng_bbb|nng_bbb_lr|gi_samples|li_samples|li_standard_samples|fac_samples|gi_energy_split0|gi_samples30|gi_lr_edge" >&2
+    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|slang_bbb_kin8nm_box|vadam_energy_bo|vadam_final|nng_bbb|nng_bbb_lr|gi_samples|li_samples|li_standard_samples|fac_samples|gi_energy_split0|gi_samples30|gi_lr_edge|slang_a1a_seeds" >&2
     exit 2
     ;;
 esac
