@@ -1,5 +1,6 @@
 """The misses' measured experiments (``probes.sh``) beside the committed cell each one varies: test RMSE and the
-paper's log-likelihood (mean ± standard error over splits), and where the search ended (the median and range of
+paper's log-likelihood (mean ± standard error over splits; a logistic regression's symmetric KL to the exact full
+Gaussian and test NLL instead), and where the search ended (the median and range of
 log tau and log lambda over splits, and how many splits sit on an edge of the box).
 
     python results/probes/summarise.py [--out results/probes/summary.md]
@@ -45,12 +46,24 @@ def _where(rec: dict) -> str:
     return "; ".join(out) + f" ({kind})"
 
 
+REGRESSION = ("RMSE", "test LL (the paper's convention)")
+LOGREG = ("sym. KL to Full-Gaussian Exact", "test NLL")
+
+
+def _metric_keys(rec: dict) -> tuple[str, str]:
+    """The two numbers a probe's row gives: RMSE and the paper's LL, or (logistic regression, SLANG Table 1) the
+    symmetric KL to the exact full Gaussian and the test NLL."""
+    if "sym_kl" in rec["summary"]:
+        return "sym_kl", "test_nll"
+    return "rmse", "loglik_" + rec["config"]["spec"]["loglik"]
+
+
 def _row(rec: dict, label: str, where: str) -> str:
-    ll = "loglik_" + rec["config"]["spec"]["loglik"]
+    first, second = _metric_keys(rec)
     same = ("experiment=", "method=", "data=", "runs_root=", "progress=", "threads=", "label=")
     changed = [o for o in rec["config"].get("hydra_overrides", []) if not o.startswith(same)]
-    return (f"| {label} | {' '.join(changed) or '(committed cell)'} | {_ms(rec['summary'], 'rmse')} | "
-            f"{_ms(rec['summary'], ll)} | {where} | {rec.get('wall_time_s', 0) / 60:.1f} |")
+    return (f"| {label} | {' '.join(changed) or '(committed cell)'} | {_ms(rec['summary'], first)} | "
+            f"{_ms(rec['summary'], second)} | {where} | {rec.get('wall_time_s', 0) / 60:.1f} |")
 
 
 def _committed_label(exp: str, label: str, ds: str, method: str) -> str:
@@ -72,8 +85,9 @@ def summary(probes: Path) -> str:
         rec = json.loads(path.read_text())
         groups.setdefault((exp, ds, _committed_label(exp, label, ds, rec["method"])), []).append((label, rec))
     for (exp, ds, base_label), recs in sorted(groups.items()):
+        names = LOGREG if any(_metric_keys(rec)[0] == "sym_kl" for _, rec in recs) else REGRESSION
         lines += [f"## {exp}, {base_label} on {ds.replace('__', '/')}", "",
-                  "| run | settings changed | RMSE | test LL (the paper's convention) | hyper-parameters | min |",
+                  f"| run | settings changed | {names[0]} | {names[1]} | hyper-parameters | min |",
                   "|---|---|---|---|---|---|"]
         base = ROOT / "results" / "runs" / exp / base_label / ds / "record.json"
         if base.exists():

@@ -73,3 +73,19 @@ def test_a_grid_candidates_probe_sits_beside_that_candidate_and_others_beside_th
     method = sections["gi_tableG, bbb on uci/yacht"]                  # no prefix has a record: the method's run
     assert "| committed `bbb` |" in method and "| `bbb_seed1` |" in method and "| `other` |" in method
     assert "gi_standard_lr0.01" not in text
+
+
+def test_a_logistic_regression_probe_gives_its_kl_and_test_nll(tmp_path, monkeypatch):
+    mod = _summarise()
+    monkeypatch.setattr(mod, "ROOT", tmp_path)
+    rec = _record([0.0], [1.0], kind="fixed")
+    rec["summary"] = {"sym_kl": {"mean": 224.8923, "stderr": 0.0, "n": 1},
+                      "test_nll": {"mean": 0.3389, "stderr": 0.0, "n": 1},
+                      "loglik_joint": {"mean": -0.3445, "stderr": 0.0, "n": 1}}
+    d = tmp_path / "probes" / "slang_table1" / "mf_hessian_seed1" / "libsvm__a1a"
+    d.mkdir(parents=True)
+    (d / "record.json").write_text(json.dumps(rec))
+    text = mod.summary(tmp_path / "probes")
+    assert "| run | settings changed | sym. KL to Full-Gaussian Exact | test NLL |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `mf_hessian_seed1`"))
+    assert "| 224.8923 ± 0.0000 | 0.3389 ± 0.0000 |" in row
