@@ -130,6 +130,10 @@ slang_a1a_seeds)          # SLANG Table 1, a1a: the stochastic columns' final it
     run experiment=slang_table1 method=full_gaussian data=libsvm/a1a label=mf_ef_seed1 seed=1 \
         method.covariance=diag method.curvature=ef
     ;;
+nng_t4_hmc_x4)            # NNG Table 4, kin8nm: the HMC reference at four times the transitions (about 30 min)
+    run experiment=nng_table4 method=hmc data=uci/kin8nm label=hmc_x4 protocol.epochs=20000 protocol.batch_size=1000 \
+        method.warmup=4000 method.keep=200
+    ;;
 gi_lr_edge)               # App. G, local inducing at lr 0.1, above the grid's top (0.03: chosen by 34 of 72 columns)
     run experiment=gi_tableG method=li data=uci/boston label=li_scale_lr0.03_lr0.1 method.prior=scale method.lr=0.1
     for d in boston concrete naval power protein wine; do
@@ -141,7 +145,7 @@ gi_samples30)             # App. G, gi on energy (standard prior): S = 30 (about
         method.lr=0.03 method.train_samples=30
     ;;
 *)
-    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|slang_bbb_kin8nm_box|vadam_energy_bo|vadam_final|nng_bbb|nng_bbb_lr|gi_samples|li_samples|li_standard_samples|fac_samples|gi_energy_split0|gi_samples30|gi_lr_edge|slang_a1a_seeds" >&2
+    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|slang_bbb_kin8nm_box|vadam_energy_bo|vadam_final|nng_bbb|nng_bbb_lr|gi_samples|li_samples|li_standard_samples|fac_samples|gi_energy_split0|gi_samples30|gi_lr_edge|slang_a1a_seeds|nng_t4_hmc_x4" >&2
     exit 2
     ;;
 esac
