@@ -121,7 +121,7 @@ gi_energy_split0)         # App. G, gi on energy's split 0 (standard prior, lr 0
     run $g label=gi_standard_lr0.03_split0_s10_batch_init method.lr=0.03 method.train_samples=10 method.inducing_init=batch
     run $g label=gi_standard_lr0.03_split0_s10_20k_steps method.lr=0.03 method.train_samples=10 protocol.steps.default=20000
     ;;
-slang_a1a_seeds)          # SLANG Table 1, a1a: the stochastic columns' final iterates under other seeds (4-10 min each)
+slang_a1a_seeds)          # SLANG Table 1, a1a: the stochastic columns' final iterates under other seeds (2-7 min each)
     for s in 1 2; do
         run experiment=slang_table1 method=full_gaussian data=libsvm/a1a label=mf_hessian_seed$s seed=$s \
             method.covariance=diag method.curvature=ggn
