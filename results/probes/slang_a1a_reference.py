@@ -22,11 +22,12 @@ from pathlib import Path
 
 import numpy as np
 import scipy.io as sio
-import yaml
 
 from bnnbench.core.data import load_dataset
 from bnnbench.methods.exact import exact_vi
 from bnnbench.methods.exact.logreg import exact_solution, prior_vector, split_arrays
+from bnnbench.run.config import CommandLine, compose
+from bnnbench.run.protocol import resolve
 
 REPO = Path(__file__).resolve().parents[2]
 STORED = "code/matlab/experiments/paper_experiment_data/final_log_reg_table/a1a"
@@ -49,29 +50,33 @@ def authors_q(repo: str, path: str) -> tuple[np.ndarray, np.ndarray]:
     return m["mu"].ravel(), m["Sigma"]
 
 
+def _committed_q(col: str) -> tuple[np.ndarray, np.ndarray]:
+    z = np.load(REPO / f"results/runs/slang_table1/{col}/libsvm__a1a/posterior.npz")
+    return z["mean"], z["cov"]
+
+
 def main(repo: str) -> None:
-    proto = yaml.safe_load((REPO / "configs/protocol/slang_logreg.yaml").read_text())
     ds = load_dataset("libsvm/a1a")
+    ov = ["experiment=slang_table1", "method=exact_full", "data=libsvm/a1a"]
+    spec = resolve(compose(ov), CommandLine.parse(ov), meta=ds.meta)   # the prior and tolerance a run resolves
     X, y, _, _ = split_arrays(ds, ds.splits[0])
-    lam = prior_vector(X.shape[1] - 1, proto["datasets"]["a1a"]["fixed"]["prior_prec"], proto["bias_prior_prec"])
-    ours = exact_solution(X, y, lam, "full", gtol=proto["exact_gtol"])
+    lam = prior_vector(X.shape[1] - 1, spec.fixed["prior_prec"], spec.bias_prior_prec)
+    kl = exact_vi.sym_kl
+    ours = exact_solution(X, y, lam, "full", gtol=spec.exact_gtol)
     ours_ref = (ours.mean, ours.cov)
     theirs_ref = authors_q(repo, "exact/a1a_exact_M_1_L_0_K_0_beta_0_alpha_0_decay_0_restart_1.mat")
     g = np.abs(exact_vi.neg_elbo(exact_vi.pack_params(*theirs_ref, "full"), X, y, lam, "full")[1]).max()
     print(f"Full-Gaussian Exact q*: max |d(-ELBO)/d theta| the authors' {g:.2e}, ours {ours.grad_norm:.1e}; "
           f"-ELBO/N {exact_vi.neg_elbo_per_point(*theirs_ref, X, y, lam):.8f} / {ours.neg_elbo_per_point:.8f}; "
           f"bias variance {theirs_ref[1][0, 0]:.3f} / {ours.cov[0, 0]:.3f}; sym KL between them "
-          f"{exact_vi.sym_kl(*theirs_ref, *ours_ref):.4f}")
-    kl = exact_vi.sym_kl
+          f"{kl(*theirs_ref, *ours_ref):.4f}")
     print(f"{'column':<13s} {'their q, their q*':>17s} {'their q, our q*':>15s} {'our q, their q*':>15s} "
           f"{'our q, our q*':>13s} {'our q, their q':>14s}")
     for col, path in COLUMNS.items():
-        tq = authors_q(repo, path)
-        z = np.load(REPO / f"results/runs/slang_table1/{col}/libsvm__a1a/posterior.npz")
-        oq = (z["mean"], z["cov"])
+        tq, oq = authors_q(repo, path), _committed_q(col)
         print(f"{col:<13s} {kl(*tq, *theirs_ref):17.3f} {kl(*tq, *ours_ref):15.3f} {kl(*oq, *theirs_ref):15.3f} "
               f"{kl(*oq, *ours_ref):13.3f} {kl(*oq, *tq):14.3f}")
-    mf = exact_vi.fit_exact(X, y, lam, "mf", gtol=proto["exact_gtol"])
+    mf = _committed_q("exact_mf")
     print("our Full-Gaussian Exact stopped at max |gradient| <= gtol (L-BFGS from m = 0, S = I, no polish):")
     for gtol in (1e-1, 3e-2, 1e-2, 1e-3, 1e-5):
         try:
@@ -79,8 +84,7 @@ def main(repo: str) -> None:
         except exact_vi.NotConvergedError as e:
             r = e.result
         print(f"  gtol {gtol:g}: {r.n_iter} iterations, -ELBO/N {r.neg_elbo_per_point:.8f}, bias variance "
-              f"{r.cov[0, 0]:.4f}, sym KL of Mean-Field Exact {kl(mf.mean, mf.cov, r.mean, r.cov):.3f}")
-
+              f"{r.cov[0, 0]:.4f}, sym KL of Mean-Field Exact {kl(*mf, r.mean, r.cov):.3f}")
 
 if __name__ == "__main__":
     main(sys.argv[1])
