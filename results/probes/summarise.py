@@ -46,20 +46,16 @@ def _where(rec: dict) -> str:
     return "; ".join(out) + f" ({kind})"
 
 
-REGRESSION = ("RMSE", "test LL (the paper's convention)")
-LOGREG = ("sym. KL to Full-Gaussian Exact", "test NLL")
-
-
-def _metric_keys(rec: dict) -> tuple[str, str]:
-    """The two numbers a probe's row gives: RMSE and the paper's LL, or (logistic regression, SLANG Table 1) the
-    symmetric KL to the exact full Gaussian and the test NLL."""
+def _metrics(rec: dict) -> tuple[tuple[str, str], tuple[str, str]]:
+    """The two numbers a probe's row gives and their column names: RMSE and the paper's LL, or (logistic regression,
+    SLANG Table 1) the symmetric KL to the exact full Gaussian and the test NLL."""
     if "sym_kl" in rec["summary"]:
-        return "sym_kl", "test_nll"
-    return "rmse", "loglik_" + rec["config"]["spec"]["loglik"]
+        return ("sym_kl", "test_nll"), ("sym. KL to Full-Gaussian Exact", "test NLL")
+    return ("rmse", "loglik_" + rec["config"]["spec"]["loglik"]), ("RMSE", "test LL (the paper's convention)")
 
 
 def _row(rec: dict, label: str, where: str) -> str:
-    first, second = _metric_keys(rec)
+    first, second = _metrics(rec)[0]
     same = ("experiment=", "method=", "data=", "runs_root=", "progress=", "threads=", "label=")
     changed = [o for o in rec["config"].get("hydra_overrides", []) if not o.startswith(same)]
     return (f"| {label} | {' '.join(changed) or '(committed cell)'} | {_ms(rec['summary'], first)} | "
@@ -85,7 +81,7 @@ def summary(probes: Path) -> str:
         rec = json.loads(path.read_text())
         groups.setdefault((exp, ds, _committed_label(exp, label, ds, rec["method"])), []).append((label, rec))
     for (exp, ds, base_label), recs in sorted(groups.items()):
-        names = LOGREG if any(_metric_keys(rec)[0] == "sym_kl" for _, rec in recs) else REGRESSION
+        names = _metrics(recs[0][1])[1]
         lines += [f"## {exp}, {base_label} on {ds.replace('__', '/')}", "",
                   f"| run | settings changed | {names[0]} | {names[1]} | hyper-parameters | min |",
                   "|---|---|---|---|---|---|"]
