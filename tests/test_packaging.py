@@ -1,6 +1,7 @@
 """The installed package, not only the source tree: a wheel holds the Hydra config tree, the reference tables and the
 data registry (an editable install reads them from the source tree and would hide a wheel that lacks them)."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +38,6 @@ def test_the_wheel_holds_every_config_reference_table_and_the_registry(tmp_path)
 
 
 def test_every_docs_file_that_the_code_configs_and_reports_cite_is_in_the_repository():
-    import re
     cited = {}
     for root in ("bnnbench", "configs", "bench", "docs", "results/README.md", "README.md", "Makefile"):
         paths = [REPO / root] if (REPO / root).is_file() else [p for p in (REPO / root).rglob("*")
