@@ -13,7 +13,8 @@ network with three replicas:
 * predict finite outputs of shape [R, S, T, d_out] (S = 1 for a point estimate).
 
 ``check_compiled`` checks a ``compilable`` method's compiled step (the ``compile`` setting) against its eager step
-(tests/run/test_contract.py; not part of ``check-method``: a compilation takes seconds to a minute).
+(tests/run/test_contract.py; not part of ``check-method``: a compilation takes seconds to a minute), and
+``compiled_graph_breaks`` counts where dynamo splits a step into several graphs.
 """
 
 from __future__ import annotations
@@ -145,21 +146,9 @@ def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings:
     if cls.solved or not compiles(cls, True):
         return None
     g = torch.Generator().manual_seed(0)
-    model = MLP([4, 6, 1])
-    method = state = None
-    for lik in ("gaussian", "bernoulli"):
-        try:
-            method = cls(OmegaConf.merge(OmegaConf.structured(cls.Config), settings or {}), model, lik)
-            state = method.init(_problem(lik, model, g, dtype, cls.replica_hparams), g)
-            break
-        except (ValueError, NotImplementedError):
-            method = None
+    method, state, batch = _tiny_step(cls, dtype, settings, g)
     if method is None:
         return "no tiny regression or classification problem to compare on"
-    x = torch.randn(R, 5 if not method.full_batch else int(state.n_data.max()), 4, generator=g, dtype=dtype)
-    y = (torch.randn(R, x.shape[1], generator=g, dtype=dtype) if lik == "gaussian"
-         else (torch.rand(R, x.shape[1], generator=g) < 0.5).to(dtype))
-    batch = Batch(x, y, state.n_data)
     step, rtol = compiled_step(method), COMPILED_RTOL[dtype]
     for k in range(steps):
         with contextlib.nullcontext() if method.needs_autograd else torch.inference_mode():
@@ -189,6 +178,41 @@ def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings:
                     + ", ".join(f"{key} {e:.1e}" for key, e in worst.items()) + f"; tolerance {rtol:.0e})")
         state = eager
     return None
+
+
+def _tiny_step(cls, dtype, settings, g):
+    """``cls`` with its default settings updated by ``settings``, its initial state and a minibatch of the 4-6-1
+    problem of ``check_method`` (regression, else classification); (None, None, None) where it takes neither."""
+    model = MLP([4, 6, 1])
+    for lik in ("gaussian", "bernoulli"):
+        try:
+            method = cls(OmegaConf.merge(OmegaConf.structured(cls.Config), settings or {}), model, lik)
+            state = method.init(_problem(lik, model, g, dtype, cls.replica_hparams), g)
+            break
+        except (ValueError, NotImplementedError):
+            continue
+    else:
+        return None, None, None
+    x = torch.randn(R, 5 if not method.full_batch else int(state.n_data.max()), 4, generator=g, dtype=dtype)
+    y = (torch.randn(R, x.shape[1], generator=g, dtype=dtype) if lik == "gaussian"
+         else (torch.rand(R, x.shape[1], generator=g) < 0.5).to(dtype))
+    return method, state, Batch(x, y, state.n_data)
+
+
+def compiled_graph_breaks(name: str, dtype: torch.dtype = torch.float32, settings: dict | None = None) -> int:
+    """How often dynamo breaks ``name``'s step (``Method.step``, traced as the ``compile`` setting traces it) on the
+    problem of ``check_compiled``: 0 where the step compiles into one graph. A break runs the code around it eagerly
+    and splits the compiled kernels (a ``functools.cached_property`` read in ``MLP.layers`` once made BBB's compiled
+    step 1.4-5x slower), so a method meant to compile whole is checked for none (tests/run/test_contract.py)."""
+    import contextlib
+
+    import torch._dynamo
+    g = torch.Generator().manual_seed(0)
+    method, state, batch = _tiny_step(method_class(name), dtype, settings, g)
+    with contextlib.nullcontext() if method.needs_autograd else torch.inference_mode():
+        noise = method.noise(state, batch, g)
+        with torch._dynamo.config.patch(trace_autograd_ops=True):
+            return torch._dynamo.explain(method.step)(state, batch, noise).graph_break_count
 
 
 def _check_predict(method, state, g) -> str | None:

@@ -47,7 +47,9 @@ class MCDropout(MAP):
         return super().init(problem, generator)
 
     def noise(self, state, batch, generator):
-        return self.model.dropout_masks(state.dropout, 1, batch.x.shape[1], generator, batch.x.dtype)
+        """The uniform draws of the step's dropout masks (``MLP.dropout_uniforms``; the masks are made in the step)."""
+        return self.model.dropout_uniforms(state.dropout.shape[0], 1, batch.x.shape[1], generator, batch.x.device,
+                                           batch.x.dtype)
 
     def weight_decay(self, state) -> torch.Tensor:
         """reg = l^2 (1 - p) / (2 N tau) per replica, tau in original target units."""
@@ -56,7 +58,7 @@ class MCDropout(MAP):
         return l2 * (1 - state.dropout) / (2 * state.n_data.to(tau_orig.dtype) * tau_orig)
 
     def objective(self, state, theta, batch, noise):
-        f = self.model.forward(theta.unsqueeze(1), batch.x, dropout_masks=noise)
+        f = self.model.forward(theta.unsqueeze(1), batch.x, dropout_masks=self.model.masks_of(noise, state.dropout))
         mse = ((batch.y - f[:, 0, :, 0]) ** 2).mean(-1)
         # biases are not decayed: the weights' positions as an index built from the layout, not a boolean mask, so that
         # the step has no data-dependent shape (torch.compile traces it whole); the same entries in the same order
