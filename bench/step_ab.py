@@ -10,7 +10,9 @@ selects or trains it (``bench/step_profile.py``'s table; App. G's families at ``
 Bayesian-optimisation round: 20 splits x 5 folds) and R = 20 (a final run), float32, the engine's own minibatches and
 ``update`` (draws included), one intra-op thread each. The parent then asks the children for timings in turns
 (old, new, old, new, ... a configuration at a time), so a change of load on this shared machine hits both alike, and
-prints medians and the ratio old / new.
+prints medians and the ratio old / new. It also times the new side's draws alone (``Method.noise``, the same random
+numbers in both codes and in every run of a record's configuration): ``old/draws`` is the most any step that keeps
+them can gain.
 
 The new side runs each step as a run of this code with ``compile=true`` would (``run.compiled.compiled_update``: the
 whole step compiled for a ``compilable`` method, eagerly otherwise), and, with ``--eager``, also as ``compile=false``.
@@ -18,7 +20,7 @@ The compilation is done before the clock starts (it is reported once: it counts 
 ``bench/suite_cost.py``).
 
     PYTHONPATH=. taskset -c 0 python bench/step_ab.py [--base 5c21305] [--methods bbb,vogn] [--replicas 100,20]
-        [--rounds 7] [--eager]
+        [--rounds 7] [--eager] [--base-compiled]
 
 Needs the data mirror (``BNNBENCH_MIRROR``) and git.
 """
@@ -102,6 +104,14 @@ class Timed:
             self.step()
         return (time.perf_counter() - t) / n * 1e3
 
+    def draws_ms(self, n: int) -> float:
+        """ms per step of the step's draws alone (``Method.noise``: the same numbers whatever the code around them)."""
+        batch = self.batches[self.k % len(self.batches)]
+        t = time.perf_counter()
+        for _ in range(n):
+            self.method.noise(self.state, batch, self.g)
+        return (time.perf_counter() - t) / n * 1e3
+
 
 class Stepper(Timed):
     """One case of one code: its method, state, minibatches and update (eager or compiled)."""
@@ -150,8 +160,9 @@ def child(args):
         print(json.dumps({"built": len(steppers) - 1, "compiled": s.compiled, "compile_s": s.compile_s,
                           "ms": s.time_ms(2)}), flush=True)
     for line in sys.stdin:
-        i, n = map(int, line.split())
-        print(json.dumps({"ms": steppers[i].time_ms(n)}), flush=True)
+        i, n, what = line.split()
+        s = steppers[int(i)]
+        print(json.dumps({"ms": (s.draws_ms if what == "draws" else s.time_ms)(int(n))}), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------- parent side
@@ -174,8 +185,8 @@ class Child:
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(tree))
         self.built = [json.loads(self.p.stdout.readline()) for _ in keys]
 
-    def ms(self, i: int, n: int) -> float:
-        self.p.stdin.write(f"{i} {n}\n")
+    def ms(self, i: int, n: int, what: str = "step") -> float:
+        self.p.stdin.write(f"{i} {n} {what}\n")
         self.p.stdin.flush()
         return json.loads(self.p.stdout.readline())["ms"]
 
@@ -194,6 +205,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--target-ms", type=float, default=200.0, help="time per configuration and round")
     ap.add_argument("--eager", action="store_true", help="also time the new code's eager step")
+    ap.add_argument("--base-compiled", action="store_true",
+                    help="run the old code's step compiled too (a base that has the compile setting): A/B of two "
+                         "compiled codes")
     args = ap.parse_args()
     if args.child:
         return child(args)
@@ -201,25 +215,27 @@ def main():
     cases = [(label, name, proto, int(R)) for label, name, proto in CASES if chosen is None or name in chosen
              for R in args.replicas.split(",")]
     base_tree = worktree(args.base)
-    sides = {"old": Child(base_tree, [(n, p, R, False) for _, n, p, R in cases]),
+    sides = {"old": Child(base_tree, [(n, p, R, args.base_compiled) for _, n, p, R in cases]),
              "new": Child(REPO, [(n, p, R, True) for _, n, p, R in cases])}
     if args.eager:
         sides["new eager"] = Child(REPO, [(n, p, R, False) for _, n, p, R in cases])
     inner = [max(2, int(args.target_ms / max(0.05, sides["old"].built[i]["ms"]))) for i in range(len(cases))]
-    times = {k: [[] for _ in cases] for k in sides}
+    times = {k: [[] for _ in cases] for k in [*sides, "draws"]}
     for _ in range(args.rounds):
         for i in range(len(cases)):
             for k, c in sides.items():
                 times[k][i].append(c.ms(i, inner[i]))
+            times["draws"][i].append(sides["new"].ms(i, inner[i], "draws"))
     for c in sides.values():
         c.close()
     med = {k: [statistics.median(v) for v in t] for k, t in times.items()}
     print(f"Boston, float32, 1 thread; medians of {args.rounds} interleaved rounds; old = {args.base} "
-          f"({base_tree}), new = this tree ({'compile=true' + (', and eager' if args.eager else '')})")
+          f"({base_tree}{', compile=true' if args.base_compiled else ''}), new = this tree "
+          f"({'compile=true' + (', and eager' if args.eager else '')})")
     hdr = f"{'method':<12s} {'protocol':<10s} {'R':>4s} {'old ms':>8s} {'new ms':>8s} {'old/new':>8s}"
     if args.eager:
         hdr += f" {'eager ms':>9s} {'old/eager':>9s}"
-    hdr += f" {'compiled':>9s} {'compile s':>9s}"
+    hdr += f" {'draws ms':>9s} {'old/draws':>9s} {'compiled':>9s} {'compile s':>9s}"
     print(hdr)
     print("-" * len(hdr))
     for i, (label, _, proto, R) in enumerate(cases):
@@ -228,8 +244,8 @@ def main():
         if args.eager:
             e = med["new eager"][i]
             line += f" {e:9.2f} {o / e:8.2f}x"
-        b = sides["new"].built[i]
-        line += f" {'yes' if b['compiled'] else 'no':>9s} {b['compile_s']:9.1f}"
+        d, b = med["draws"][i], sides["new"].built[i]
+        line += f" {d:9.2f} {o / d:8.2f}x {'yes' if b['compiled'] else 'no':>9s} {b['compile_s']:9.1f}"
         print(line)
 
 
