@@ -209,6 +209,8 @@ def compiled_graph_breaks(name: str, dtype: torch.dtype = torch.float32, setting
     import torch._dynamo
     g = torch.Generator().manual_seed(0)
     method, state, batch = _tiny_step(method_class(name), dtype, settings, g)
+    if method is None:
+        raise ValueError(f"{name}: no tiny regression or classification problem to trace its step on")
     with contextlib.nullcontext() if method.needs_autograd else torch.inference_mode():
         noise = method.noise(state, batch, g)
         with torch._dynamo.config.patch(trace_autograd_ops=True):
