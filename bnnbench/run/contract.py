@@ -19,6 +19,7 @@ network with three replicas:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import MISSING, fields, is_dataclass
 
@@ -139,8 +140,6 @@ def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings:
     F F^T; integer tensors exactly) from the same state, minibatch and draws, at each of ``steps`` steps on the
     4-6-1 problem of ``check_method``, with the method's default settings updated by ``settings``; else why. Also
     None for a method that is not ``compilable`` (the setting leaves its step eager) or is solved."""
-    import contextlib
-
     from bnnbench.run.compiled import compiled_step, compiles
     cls = method_class(name)
     if cls.solved or not compiles(cls, True):
@@ -204,8 +203,6 @@ def compiled_graph_breaks(name: str, dtype: torch.dtype = torch.float32, setting
     problem of ``check_compiled``: 0 where the step compiles into one graph. A break runs the code around it eagerly
     and splits the compiled kernels (a ``functools.cached_property`` read in ``MLP.layers`` once made BBB's compiled
     step 1.4-5x slower), so a method meant to compile whole is checked for none (tests/run/test_contract.py)."""
-    import contextlib
-
     import torch._dynamo
     g = torch.Generator().manual_seed(0)
     method, state, batch = _tiny_step(method_class(name), dtype, settings, g)

@@ -86,5 +86,6 @@ def main(repo: str) -> None:
         print(f"  gtol {gtol:g}: {r.n_iter} iterations, -ELBO/N {r.neg_elbo_per_point:.8f}, bias variance "
               f"{r.cov[0, 0]:.4f}, sym KL of Mean-Field Exact {kl(*mf, r.mean, r.cov):.3f}")
 
+
 if __name__ == "__main__":
     main(sys.argv[1])
