@@ -6,7 +6,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bnnbench.core.linalg.per_example import backprop, forward_cache, per_example_grads, sum_grads, sum_sq_grads
+from bnnbench.core.linalg.per_example import (backprop, forward_cache, per_example_grads, sum_grads, sum_sq_grads,
+                                              sums_over_samples)
 from bnnbench.methods import METHODS, Batch, Problem, State
 from bnnbench.methods.gaussian.natural import per_example_stats
 from bnnbench.core.models import MLP
@@ -37,6 +38,27 @@ def test_per_example_sums_match_vmap_reference():
             ref = per_example_grads(model, _gauss_nll(tau), theta[r, s], x[r], y[r])  # [B, P]
             assert torch.allclose(sq[r, s], (ref ** 2).sum(0))
             assert torch.allclose(sm[r, s], ref.sum(0))
+
+
+@pytest.mark.parametrize("sizes", [[3, 5, 4, 1], [3, 5, 4, 2], [3, 1]])
+def test_sums_over_samples_match_the_loop_over_samples_and_examples(sizes):
+    """The sums over samples and examples (every layer kind: the first layer's input shared by the samples, a hidden
+    layer, one or two output units, a linear model) against per-example gradients looped over samples."""
+    g = torch.Generator().manual_seed(5)
+    model = MLP(sizes)
+    R, S, B, K = 2, 3, 6, sizes[-1]
+    theta = torch.randn(R, S, model.n_params, generator=g, dtype=DT)
+    x = torch.randn(R, B, 3, generator=g, dtype=DT)
+    y = torch.randn(R, B, K, generator=g, dtype=DT)
+    nll = lambda f, yi: 0.5 * 2.5 * ((yi - f) ** 2).sum(-1)   # noqa: E731
+    layers = [(W.detach().requires_grad_(True), b.detach().requires_grad_(True)) for W, b in model.layers(theta)]
+    f, acts, zs = forward_cache(model, layers, x)
+    gs = torch.autograd.grad(nll(f, y.unsqueeze(1)).sum(), zs)
+    ref = torch.stack([torch.stack([per_example_grads(model, nll, theta[r, s], x[r], y[r]) for s in range(S)])
+                       for r in range(R)])                      # [R, S, B, P]
+    assert torch.allclose(sums_over_samples(model, acts, gs), ref.sum((1, 2)), rtol=1e-12, atol=1e-12)
+    assert torch.allclose(sums_over_samples(model, acts, gs, square=True), (ref ** 2).sum((1, 2)), rtol=1e-12,
+                          atol=1e-12)
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])

@@ -63,6 +63,33 @@ def sum_grads(model: MLP, acts, gs) -> torch.Tensor:
     return torch.cat(parts, dim=-1)
 
 
+def sums_over_samples(model: MLP, acts, gs, square: bool = False) -> torch.Tensor:
+    """``sum_s sum_i`` of the per-example gradients ``g_si`` (``square``: of their squares ``g_si^2``) as a flat
+    ``[R, P]`` tensor: ``sum_grads(...).sum(1)`` (``sum_sq_grads(...).sum(1)``) summed in another order.
+
+    Where the S samples share a layer's input (the first layer's ``a_i = x_i``), ``sum_s sum_i x_i g_si = x^T
+    (sum_s g_s)`` and ``sum_s sum_i x_i^2 g_si^2 = (x^2)^T (sum_s g_s^2)``: S times fewer products, the bias's sum from
+    the same ``[R, M, d_out]`` sum over samples. Another layer contracts over samples and examples at once (a
+    multiply-and-sum where it has one output unit). Compiled, these are fewer passes over the ``[R, S, M, d]``
+    activations than per-sample sums (VOGN's step, bench/step_ab.py). A convolutional network sums its own
+    per-sample sums."""
+    if model.convolutional:
+        return (model.sum_sq_grads(acts, gs) if square else sum_grads(model, acts, gs)).sum(1)
+    parts = []
+    for a, g in zip(acts, gs):
+        if square:
+            g = g * g
+        if a.shape[1] == 1 or a.stride(1) == 0:
+            x, g_s = a[:, 0], g.sum(1)                                          # [R, M, d_in], [R, M, d_out]
+            parts += [torch.matmul((x * x if square else x).transpose(-1, -2), g_s).flatten(-2), g_s.sum(1)]
+        elif g.shape[-1] == 1:
+            parts += [((a * a if square else a) * g).sum((1, 2)), g.sum((1, 2, 3)).unsqueeze(-1)]
+        else:
+            A, G = a.flatten(1, 2), g.flatten(1, 2)                             # [R, S M, d_in], [R, S M, d_out]
+            parts += [torch.matmul((A * A if square else A).transpose(-1, -2), G).flatten(-2), G.sum(1)]
+    return torch.cat(parts, dim=-1)
+
+
 def per_example_grads(model: MLP, loss_fn, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Reference: per-example gradients ``[B, P]`` of ``loss_fn(f(x_i; theta), y_i)`` for one
     parameter vector ``theta [P]`` by ``torch.func.vmap(grad)``."""

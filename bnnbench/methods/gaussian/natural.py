@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from bnnbench.core.linalg.per_example import forward_cache, sum_grads, sum_sq_grads
+from bnnbench.core.linalg.per_example import forward_cache, sum_grads, sum_sq_grads, sums_over_samples
 from bnnbench.methods.base import likelihood_of
 
 
@@ -36,9 +36,10 @@ def sample_gradients(method, state, layers, batch):
     return flat_grads(grads), nll.mean(1).detach()
 
 
-def per_example_stats(method, state, layers, batch, curvature: str, generator=None):
+def per_example_stats(method, state, layers, batch, curvature: str, generator=None, over_samples: bool = False):
     """``(sum_i g_i, sum_i c_i, mean nll)``: per-sample sums over the minibatch of per-example NLL
-    gradients ``g_i`` ``[R, S, P]`` and of the curvature ``c_i`` ``[R, S, P]``:
+    gradients ``g_i`` ``[R, S, P]`` and of the curvature ``c_i`` ``[R, S, P]`` (``over_samples``: their sums over
+    the samples too, ``[R, P]``, by ``per_example.sums_over_samples``):
 
     * ``ef``: ``c_i = g_i^2`` (empirical Fisher diagonal);
     * ``ggn``: ``c_i = diag(J_i^T Lambda_i J_i)`` with ``J_i = df_i/dtheta`` and ``Lambda_i`` the Hessian of
@@ -52,12 +53,14 @@ def per_example_stats(method, state, layers, batch, curvature: str, generator=No
         lik = likelihood_of(state, method.likelihood)
         nll_i = -lik.log_prob(f, batch.y)  # [R, S, B]
         gs = torch.autograd.grad(nll_i.sum(), zs, retain_graph=curvature != "ef")
-        g_sum = sum_grads(model, acts, gs)
         if curvature == "ef":
-            c_sum = sum_sq_grads(model, acts, gs)
+            hs = gs
         elif curvature == "ggn":
             hs = torch.autograd.grad(lik.ggn_sqrt_output(f, generator).sum(), zs)
-            c_sum = sum_sq_grads(model, acts, hs)
         else:
             raise ValueError(f"unknown curvature {curvature!r}; valid: ef, ggn")
+        if over_samples:
+            g_sum, c_sum = sums_over_samples(model, acts, gs), sums_over_samples(model, acts, hs, square=True)
+        else:
+            g_sum, c_sum = sum_grads(model, acts, gs), sum_sq_grads(model, acts, hs)
     return g_sum, c_sum, nll_i.mean(dim=(1, 2)).detach()

@@ -58,12 +58,19 @@ class VOGN(DiagonalPrecision):
     def step(self, state, batch, noise, lr_scale=1.0):
         mean, prec, lam = state.mean, state.prec, state.prior_prec
         layers = leaf_layers(self.model, mean, self.std(state), noise)
-        g_sum, c_sum, nll = per_example_stats(self, state, layers, batch, self.cfg.curvature)
+        # compiled, the sums over samples and examples are taken together (fewer passes, 1.6-1.8x at UCI scale:
+        # bench/step_ab.py); eagerly per sample, the order the committed records were made in
+        over = torch.compiler.is_compiling()
+        g_sum, c_sum, nll = per_example_stats(self, state, layers, batch, self.cfg.curvature, over_samples=over)
         g_sum, c_sum = g_sum.detach(), c_sum.detach()   # the new state holds values, not the step's graph
+        if over:
+            g_sum, c_sum = g_sum / noise.shape[1], c_sum / noise.shape[1]
+        else:
+            g_sum, c_sum = g_sum.mean(1), c_sum.mean(1)
         N = state.n_data.to(mean.dtype)[:, None]
         M = batch.x.shape[1]
-        g_hat = N * g_sum.mean(1) / M
-        h_hat = N * c_sum.mean(1) / M
+        g_hat = N * g_sum / M
+        h_hat = N * c_sum / M
         beta, alpha = self.cfg.beta, self.cfg.lr * lr_scale
         prec = beta * prec + (1 - beta) * (h_hat + lam)
         new_mean = mean - alpha * (g_hat + lam * mean) / prec
