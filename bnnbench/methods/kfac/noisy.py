@@ -30,7 +30,7 @@ from typing import List, Optional
 
 import torch
 
-from bnnbench.core.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads
+from bnnbench.core.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads, sums_over_samples
 from bnnbench.core.metrics import kl_diag_gaussians
 from bnnbench.methods import gamma_noise
 from bnnbench.methods.base import Method, Problem, hyper_state, likelihood_of
@@ -226,18 +226,23 @@ class NoisyAdam(_NoisyBase, MeanField):
         mean, gin = state.mean, self.gamma_in(state)
         layers = self.model.sampled_layers(mean, self.std(state), eps)
         f, ll, acts, dz, ds = self._backprop_observed_and_sampled(state, layers, batch.x, batch.y, y_noise)
-        g = sum_grads(self.model, acts, dz)                                  # [R, S, P] gradient of ll
         # Fisher diagonal = the mean over the minibatch of the squared *per-example* gradients, as
         # F = Cov_{x ~ p_D, y ~ p(y|x,w)}(Dw) (paper eq. 8-11, Alg. 1: (grad_w log p(y|x,w))^2 of one
         # example; authors' code gd-zhang/noisy-K-FAC ops/fisher_factors.py FullyConnectedDiagonalFactor:
         # (1/B) sum_i (a_i (x) ds_i)^2). The square of the minibatch-mean gradient is ~F/B, not F.
-        fisher_b = sum_sq_grads(self.model, acts, ds) / batch.x.shape[1]     # [R, S, P]
-        w = mean.unsqueeze(1) + self.std(state).unsqueeze(1) * eps            # the sampled weights [R, S, P]
-        v = (g - gin.unsqueeze(1) * w).mean(1)
+        if torch.compiler.is_compiling():   # summed over samples and examples together (fewer passes; VOGN's note)
+            S = eps.shape[1]
+            fisher_bar = sums_over_samples(self.model, acts, ds, square=True) / (batch.x.shape[1] * S)
+            v = sums_over_samples(self.model, acts, dz) / S - gin * (mean + self.std(state) * eps.mean(1))
+        else:                               # per sample, the order the committed records were made in
+            g = sum_grads(self.model, acts, dz)                                  # [R, S, P] gradient of ll
+            fisher_bar = (sum_sq_grads(self.model, acts, ds) / batch.x.shape[1]).mean(1)
+            w = mean.unsqueeze(1) + self.std(state).unsqueeze(1) * eps            # the sampled weights [R, S, P]
+            v = (g - gin.unsqueeze(1) * w).mean(1)
         b1, b2 = float(self.cfg.betas[0]), 1 - (1 - float(self.cfg.betas[1])) * lr_scale
         t = state.t + 1
         m = b1 * state.m + (1 - b1) * v
-        fisher = b2 * state.f + (1 - b2) * fisher_b.mean(1)
+        fisher = b2 * state.f + (1 - b2) * fisher_bar
         m_hat = m / (1 - b1 ** t.to(mean.dtype))[:, None]
         step = m_hat / (fisher + gin + self.cfg.damping_ex)
         lr = self.cfg.lr * lr_scale
