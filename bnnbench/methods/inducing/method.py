@@ -121,6 +121,9 @@ class InducingFamily(Method):
     family = "gi"
     objective_is_elbo = True
     compilable = True   # on the MLP (compiles_with); bench/step_ab.py: 1.5-2.5x at App. G's UCI setting
+    # kernels called from C++: 1.08-1.24x for fac and gi at App. G's R = 20 (bench/step_ab.py), none at R = 100; the
+    # compiled contract checks of the inducing families take as long either way (8.3-8.6 min in a fresh cache)
+    compile_cpp_wrapper = True
 
     @classmethod
     def compiles_with(cls, cfg) -> bool:
