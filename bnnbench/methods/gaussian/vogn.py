@@ -58,7 +58,7 @@ class VOGN(DiagonalPrecision):
     def step(self, state, batch, noise, lr_scale=1.0):
         mean, prec, lam = state.mean, state.prec, state.prior_prec
         layers = leaf_layers(self.model, mean, self.std(state), noise)
-        # compiled, the sums over samples and examples are taken together (fewer passes, 1.6-1.8x at UCI scale:
+        # compiled, the sums over samples and examples are taken together (fewer passes over the activations: 1.2-1.6x,
         # bench/step_ab.py); eagerly per sample, the order the committed records were made in
         over = torch.compiler.is_compiling()
         g_sum, c_sum, nll = per_example_stats(self, state, layers, batch, self.cfg.curvature, over_samples=over)
