@@ -74,7 +74,7 @@ def sums_over_samples(model: MLP, acts, gs, square: bool = False) -> torch.Tenso
     activations than per-sample sums (VOGN's step, bench/step_ab.py). A convolutional network sums its own
     per-sample sums."""
     if model.convolutional:
-        return (model.sum_sq_grads(acts, gs) if square else sum_grads(model, acts, gs)).sum(1)
+        return (sum_sq_grads(model, acts, gs) if square else sum_grads(model, acts, gs)).sum(1)
     parts = []
     for a, g in zip(acts, gs):
         if square:
