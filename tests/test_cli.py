@@ -203,6 +203,7 @@ def test_cli_sweep_checks_and_applies_overrides_as_a_single_run_does(tmp_path):
     assert p.returncode == 2 and "unknown key 'method.nosuch'" in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.e2e   # two real processes, about 5 s each
 def test_cli_unknown_names_list_valid_ones(tmp_path):
     p = _cli("run", "method=slang_typo", f"runs_root={tmp_path}")
     assert p.returncode != 0 and "bbb" in p.stderr and "mc_dropout" in p.stderr
