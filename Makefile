@@ -23,8 +23,8 @@ install:  ## virtual environment in .venv with bnnbench (editable), the test too
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q -e "examples/my_method[test]"   # the bring-your-own-method example (IVON) and its test
 
-test:  ## fast tests (about 2 min; end-to-end runs and the check of every committed record: make test-e2e; long: make test-slow)
-	$(PY) -m pytest
+test:  ## fast tests, a process per core (about 1.5 min on 2 cores; end-to-end runs and the check of every committed record: make test-e2e; long: make test-slow)
+	$(PY) -m pytest -n auto
 
 test-e2e:  ## end-to-end runs through the CLI, reproduce and worker processes
 	$(PY) -m pytest -m e2e

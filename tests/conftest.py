@@ -3,8 +3,14 @@
 import os
 
 import pytest
+import torch
 
 from datapaths import MIRROR
+
+# one intra-op thread, as CI's pinned processes and a run's threads=auto on a small model have: the tests' tensors
+# are small, and a second thread only adds its hand-offs (make test 172 s at torch's default 2 threads on an idle
+# 2-core host, 2026-11-29); tests of the thread setting set their own counts
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
