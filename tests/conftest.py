@@ -7,9 +7,10 @@ import torch
 
 from datapaths import MIRROR
 
-# one intra-op thread, as CI's pinned processes and a run's threads=auto on a small model have: the tests' tensors
-# are small, and a second thread only adds its hand-offs (make test 172 s at torch's default 2 threads on an idle
-# 2-core host, 2026-11-29); tests of the thread setting set their own counts
+# one intra-op thread per test process, as CI's pinned processes and a run's threads=auto on a small model have:
+# `make test` runs a process per core (pytest-xdist), which torch's default of a thread per core would oversubscribe
+# (one process: 172 s at 2 threads, 165 s at 1; two processes at 1 thread: 99 s; idle 2-core host, 2026-11-29);
+# the tests of the thread setting set their own counts
 torch.set_num_threads(1)
 
 

@@ -146,7 +146,7 @@ gi_samples30)             # App. G, gi on energy (standard prior): S = 30 (about
     ;;
 li_scale_init)            # App. G, local inducing under the Scale prior (collapsed at S = 1 on boston, concrete, energy): S = 1,
                           # the column's lr 0.03, with a KL weight rising from 0 to 1 over the first 500 of 5000 steps
-                          # (the paper's tempering on MNIST and CIFAR-10), pseudo-precisions started at e^0 instead of
+                          # (the paper's tempering on CIFAR-10), pseudo-precisions started at e^0 instead of
                           # e^-4, their learning rate x3 (the CIFAR script's log_prec_lr)
     for d in boston concrete energy; do
         g="experiment=gi_tableG method=li data=uci/$d method.prior=scale method.lr=0.03"
