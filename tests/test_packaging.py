@@ -1,5 +1,6 @@
-"""The installed package, not only the source tree: a wheel holds the Hydra config tree, the reference tables and the
-data registry (an editable install reads them from the source tree and would hide a wheel that lacks them)."""
+"""The installed package, not only the source tree: a wheel holds the Hydra config tree, the reference tables, the
+data registry and the eigensolver kernel's C source (an editable install reads them from the source tree and would
+hide a wheel that lacks them)."""
 
 import re
 import shutil
@@ -27,7 +28,8 @@ def test_the_wheel_holds_every_config_reference_table_and_the_registry(tmp_path)
     wanted |= {f"bnnbench/judge/reference/{p.relative_to(ref)}" for p in ref.rglob("*")
                if p.is_file() and "__pycache__" not in p.parts}
     wanted |= {f"{p.relative_to(REPO)}" for p in (REPO / "bnnbench").rglob("*.py")}   # every module of every layer
-    wanted |= {"bnnbench/core/data/registry.json", "bnnbench/configs/__init__.py", "bnnbench/methods/__init__.py"}
+    wanted |= {"bnnbench/core/data/registry.json", "bnnbench/configs/__init__.py", "bnnbench/methods/__init__.py",
+               "bnnbench/core/linalg/top_eigpair.c"}   # the compiled SLANG step's eigensolver, built at first use
     listed = {f"bnnbench/configs/{d.relative_to(REPO / 'configs')}/".replace("/./", "/")
               for d in (REPO / "configs").rglob("*") if d.is_dir()}
     with open(REPO / "pyproject.toml", "rb") as f:

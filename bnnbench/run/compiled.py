@@ -24,8 +24,10 @@ kernels), which took its transition from 1.19-1.35x NumPyro's to 0.91-0.93x (``b
 as the eager ones to float rounding and accept alike, though in float32 its step-size adaptation, which reads alpha =
 exp(H - H'), a difference of large energies, differs by 1-4e-5 relative (tests/run/test_contract.py). SLANG compiles its
 step with the per-example gradients back-propagated in closed form (``SLANG.compiled_step``: autograd's graph would
-break at the eigensolver), the CPU's eigensolver (``top_eigh``: LAPACK through scipy, ``torch.compiler.disable``) eager
-between the compiled parts: 1.4x at R = 100, 1.8x at R = 20 (``bench/step_ab.py``). Noisy K-FAC compiles as one graph,
+break at the eigensolver); at L = 1 on the CPU the Gram matrices' top eigenpairs come from a SIMD kernel that the
+graph calls as an operator (``linalg.top_eigpair``; the eager step's LAPACK ``?syevr`` loop, one matrix per call, 3.6-4x
+slower), so the step is one graph: 1.9x at R = 100, 2.2x at R = 20 against 5c21305 (``bench/step_ab.py``; 1.4x and
+1.8x with LAPACK eager between the compiled parts, as at L > 1). Noisy K-FAC compiles as one graph,
 its Cholesky fallback (``inv_chol_t``: eigenvalues clamped where a factor is not numerically positive definite) through
 ``torch.cond`` instead of a branch on the host: 1.1x at R = 100, 1.3x at R = 20. The inducing-point families compile on
 their MLP (``InducingFamily.compiles_with``; App. G's setting: factorised 2.0-2.2x, global inducing 1.3-1.5x), not on

@@ -199,7 +199,7 @@ def _tiny_step(cls, dtype, settings, g):
 
 
 def compiled_graph_breaks(name: str, dtype: torch.dtype = torch.float32, settings: dict | None = None) -> int:
-    """How often dynamo breaks ``name``'s step (``Method.step``, traced as the ``compile`` setting traces it) on the
+    """How often dynamo breaks ``name``'s step (``Method.compiled_step``, as the ``compile`` setting traces it) on the
     problem of ``check_compiled``: 0 where the step compiles into one graph. A break runs the code around it eagerly
     and splits the compiled kernels (a ``functools.cached_property`` read in ``MLP.layers`` once made BBB's compiled
     step 1.4-5x slower), so a method meant to compile whole is checked for none (tests/run/test_contract.py)."""
@@ -211,7 +211,8 @@ def compiled_graph_breaks(name: str, dtype: torch.dtype = torch.float32, setting
     with contextlib.nullcontext() if method.needs_autograd else torch.inference_mode():
         noise = method.noise(state, batch, g)
         with torch._dynamo.config.patch(trace_autograd_ops=True):
-            return torch._dynamo.explain(method.step)(state, batch, noise).graph_break_count
+            step = method.compiled_step(lambda f: f)   # what the setting hands to torch.compile
+            return torch._dynamo.explain(step)(state, batch, noise).graph_break_count
 
 
 def _check_predict(method, state, g) -> str | None:

@@ -95,7 +95,7 @@ class SLANGState(State):
 class SLANG(Method):
     name = "slang"
     Config = SLANGConfig
-    compilable = True   # bench/step_ab.py: 1.4x at UCI scale
+    compilable = True   # bench/step_ab.py: 1.9-2.2x at UCI scale
     sign_free = ("U",)
 
     def init(self, problem: Problem, generator: torch.Generator) -> SLANGState:
@@ -121,8 +121,9 @@ class SLANG(Method):
 
     def compiled_step(self, compile):
         """``step`` compiled, its per-example gradients back-propagated in closed form (``per_example.backprop`` of
-        the likelihood's ``grad_f``) instead of by autograd; the CPU's eigensolver (``top_eigh``: LAPACK through
-        scipy) runs eagerly between the compiled parts."""
+        the likelihood's ``grad_f``) instead of by autograd. The Gram matrices' eigensolver on the CPU: for L = 1
+        the SIMD kernel of ``linalg.top_eigpair``, an operator inside the graph (the eager step's LAPACK eigenpairs
+        to float rounding); for L > 1 LAPACK, eagerly between the compiled parts (``top_eigh``)."""
         return compile(lambda state, batch, noise, lr_scale=1.0: self.step(state, batch, noise, lr_scale,
                                                                           closed_form=True))
 
@@ -159,7 +160,7 @@ class SLANG(Method):
 
         sq_norm = _sum_sq if closed_form else _sq_vector_norm
         old_diag = (1 - beta) * sq_norm(U) + beta * diag_G
-        U_new = self.top_eig(U, acts, gs, beta, scale, probes)
+        U_new = self.top_eig(U, acts, gs, beta, scale, probes, kernel="simd" if closed_form else "lapack")
         d_new = (1 - beta) * d + beta * lam + (old_diag - sq_norm(U_new)).clamp_min(0)
 
         rho = self.cfg.momentum
@@ -180,8 +181,9 @@ class SLANG(Method):
     def kl(self, state):
         return kl_low_rank_to_diag(state.mean, state.U, state.d, state.prior_prec)
 
-    def top_eig(self, U, acts, gs, beta, scale, probes):
-        """Top-L eigen-decomposition of (1 - beta) U U^T + beta G_hat, returned as V diag(sqrt(e))."""
+    def top_eig(self, U, acts, gs, beta, scale, probes, kernel="lapack"):
+        """Top-L eigen-decomposition of (1 - beta) U U^T + beta G_hat, returned as V diag(sqrt(e)); ``kernel``: the
+        Gram matrix's eigensolver on the CPU (``top_eigh``: LAPACK, or the compiled step's SIMD kernel for L = 1)."""
         R, P, L = U.shape
         c = torch.sqrt(beta * scale)[:, :, None]                          # [R, 1, 1]
         a_U = torch.sqrt(1 - beta)[:, :, None]
@@ -217,7 +219,7 @@ class SLANG(Method):
             UG = a_U * Gt(U).transpose(1, 2)                               # [R, L, n]
             GG = G.transpose(1, 2) @ G if materialised else c ** 2 * gradient_gram(factors)
             BtB = torch.cat([torch.cat([UU, UG], 2), torch.cat([UG.transpose(1, 2), GG], 2)], 1)
-            e, V = top_eigh(BtB, L)
+            e, V = top_eigh(BtB, L, kernel)
             V = V * resolved(e, BtB.shape[-1]).to(U.dtype).unsqueeze(1)   # drop null directions
             U_new = Gx(V[:, L:], out=U @ (a_U * V[:, :L]))                # B v_k, norm sqrt(e_k)
             if e.shape[-1] < L:  # fewer columns than the rank (tiny problems)
