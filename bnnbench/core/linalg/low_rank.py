@@ -47,9 +47,10 @@ def top_eigh(A: torch.Tensor, k: int, kernel: str = "lapack") -> tuple[torch.Ten
     ``(values [..., k], vectors [..., n, k])``. On the CPU, LAPACK's ``?syevr`` computes only these (MRRR on the
     tridiagonal form; for SLANG's Gram matrices, k = 1 of n = 41, 4x faster than the full ``torch.linalg.eigh``),
     eagerly between a compiled caller's parts; elsewhere, or for k = n, the full decomposition sliced.
-    ``kernel="simd"``: for k = 1 on the CPU, the C kernel of ``top_eigpair`` (eight matrices at a time, float64; 4x
-    faster than the ``?syevr`` loop for 100 Gram matrices of 41 x 41) as the operator ``bnnbench::top_eigh_simd``,
-    which a compiled caller traces through; the same eigenpairs to the input's rounding."""
+    ``kernel="simd"``: for k = 1 on the CPU, the C kernel of ``top_eigpair`` (eight matrices at a time, float64;
+    3-4x faster than the ``?syevr`` loop for 100 Gram matrices of 41 x 41, ``bench/top_eigpair.py``) as the operator
+    ``bnnbench::top_eigh_simd``, which a compiled caller traces through; the same eigenpairs to the input's
+    rounding."""
     n = A.shape[-1]
     if A.device.type != "cpu" or k >= n or A.dtype not in (torch.float32, torch.float64):
         e, V = eigh(A)

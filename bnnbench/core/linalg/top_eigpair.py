@@ -4,7 +4,7 @@ inverse iteration; the C file says which).
 
 SLANG's step (L = 1) needs the top eigenpair of one (1 + S M) x (1 + S M) Gram matrix per replica, 41 x 41 at UCI
 scale. LAPACK's ``?syevr`` (``low_rank.top_eigh``) takes one matrix per call, about 50 us for 41 x 41 on this CPU: at
-100 replicas, half of SLANG's compiled step. This kernel runs the same 100 matrices 3.6-4x faster and in float64
+100 replicas, half of SLANG's compiled step. This kernel runs the same 100 matrices 3-4x faster and in float64
 throughout (``?syevr`` runs in the input's float32). The compiled SLANG step uses it (``top_eigh(..., kernel="simd")``,
 an operator that dynamo traces through); the eager step, and so every record, keeps LAPACK.
 
