@@ -79,6 +79,19 @@ def test_a_zero_matrix_gives_zero_and_a_unit_vector():
     assert (e == 0).all() and torch.equal(V[..., 0], torch.eye(5, dtype=DT)[0].expand(3, 5))
 
 
+def test_a_non_finite_matrix_gives_nan_in_its_lane_only():
+    """A diverged replica's Gram matrix: NaN (not a finite value) for it, the other lanes untouched."""
+    A = _gram(10, 6)
+    bad = A.clone()
+    bad[3, 4, 2] = float("nan")
+    bad[7, 5, 5] = float("inf")
+    e, V = top_eigpair.top_eigpair(bad)
+    ok = torch.ones(10, dtype=torch.bool)
+    ok[[3, 7]] = False
+    assert e[~ok].isnan().all() and V[~ok].isnan().all()
+    assert torch.equal(e[ok], top_eigpair.top_eigpair(A)[0][ok])
+
+
 def test_the_lower_triangle_is_read():
     A = _gram(4, 10)
     upper_garbage = A + torch.triu(torch.full_like(A, 7.0), diagonal=1)

@@ -66,13 +66,14 @@ static void block(const double *restrict A, long n, int lanes, double *restrict 
     for (long i = 0; i < n; i++) LOOP d[i * W + l] = AT(i, i)[l];
     if (n >= 2) LOOP e[(n - 2) * W + l] = AT(n - 1, n - 2)[l];
 #undef AT
-    double lo[W], hi[W], tnorm[W], pivmin[W], lam[W];
-    LOOP { lo[l] = -INFINITY; hi[l] = -INFINITY; tnorm[l] = 0; }
+    double lo[W], hi[W], tnorm[W], pivmin[W], lam[W], nan[W];   /* nan: 0, or NaN where T holds a NaN or an inf */
+    LOOP { lo[l] = -INFINITY; hi[l] = -INFINITY; tnorm[l] = 0; nan[l] = 0; }
     for (long i = 0; i < n; i++) LOOP {
         double r = (i > 0 ? fabs(e[(i - 1) * W + l]) : 0) + (i + 1 < n ? fabs(e[i * W + l]) : 0), di = d[i * W + l];
         lo[l] = fmax(lo[l], di);
         hi[l] = fmax(hi[l], di + r);
         tnorm[l] = fmax(tnorm[l], fabs(di) + r);
+        nan[l] += 0 * (di + r);
     }
     LOOP { pivmin[l] = DBL_MIN * fmax(1.0, tnorm[l] * tnorm[l]); hi[l] += 2 * DBL_EPSILON * tnorm[l]; }
     for (int it = 0; it < 64; it++) {            /* lam in [lo, hi): fewer than n eigenvalues below lo, n below hi */
@@ -88,7 +89,7 @@ static void block(const double *restrict A, long n, int lanes, double *restrict 
         }
         LOOP { if (below[l] == n) hi[l] = mid[l]; else lo[l] = mid[l]; }
     }
-    LOOP lam[l] = 0.5 * (lo[l] + hi[l]);
+    LOOP lam[l] = 0.5 * (lo[l] + hi[l]) + nan[l];   /* fmax skips NaNs: a non-finite matrix gives NaN, not a value */
     /* P (T - lam I) = L U: U with two superdiagonals, L unit lower bidiagonal (multipliers mu), row swaps in piv */
     LOOP {
         double tiny = DBL_EPSILON * fmax(tnorm[l], DBL_MIN);
