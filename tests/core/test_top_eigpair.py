@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bnnbench.core.linalg import top_eigpair
-from bnnbench.core.linalg.low_rank import top_eigh
+from bnnbench.core.linalg.low_rank import SIMD_MAX_N, top_eigh
 
 DT = torch.float64
 
@@ -106,6 +106,17 @@ def test_top_eigh_simd_agrees_with_lapack_and_rejects_unknown_kernels():
     assert ((V * V_l).sum(1).abs() - 1).abs().max() < 1e-5
     with pytest.raises(ValueError, match="valid: lapack, simd"):
         top_eigh(A, 1, kernel="magma")
+
+
+def test_top_eigh_simd_leaves_matrices_above_its_size_to_lapack(monkeypatch):
+    """Above SIMD_MAX_N the kernel is slower than ?syevr (bench/top_eigpair.py); SLANG's MNIST step has n = 801."""
+    calls = []
+    kernel = top_eigpair.top_eigpair
+    monkeypatch.setattr(top_eigpair, "top_eigpair", lambda A: calls.append(tuple(A.shape)) or kernel(A))
+    top_eigh(_gram(2, SIMD_MAX_N + 1).float(), 1, kernel="simd")
+    assert calls == []
+    top_eigh(_gram(2, SIMD_MAX_N).float(), 1, kernel="simd")
+    assert calls == [(2, SIMD_MAX_N, SIMD_MAX_N)]
 
 
 def test_without_a_compiler_top_eigh_warns_and_uses_lapack(monkeypatch, tmp_path):

@@ -42,22 +42,29 @@ def _scipy_lapack():
     return lapack, ThreadpoolController()   # after scipy's BLAS is loaded, so that it controls it
 
 
+SIMD_MAX_N = 64   # up to which top_eigh's kernel="simd" beats ?syevr (its docstring)
+
+
 def top_eigh(A: torch.Tensor, k: int, kernel: str = "lapack") -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` largest eigenpairs of symmetric ``A [..., n, n]`` (its lower triangle is read), descending:
     ``(values [..., k], vectors [..., n, k])``. On the CPU, LAPACK's ``?syevr`` computes only these (MRRR on the
     tridiagonal form; for SLANG's Gram matrices, k = 1 of n = 41, 4x faster than the full ``torch.linalg.eigh``),
     eagerly between a compiled caller's parts; elsewhere, or for k = n, the full decomposition sliced.
-    ``kernel="simd"``: for k = 1 on the CPU, the C kernel of ``top_eigpair`` (eight matrices at a time, float64;
-    3-4x faster than the ``?syevr`` loop for 100 Gram matrices of 41 x 41, ``bench/top_eigpair.py``) as the operator
-    ``bnnbench::top_eigh_simd``, which a compiled caller traces through; the same eigenpairs to the input's
-    rounding."""
+    ``kernel="simd"``: for k = 1 on the CPU, the C kernel of ``top_eigpair`` as the operator
+    ``bnnbench::top_eigh_simd``, which a compiled caller traces through; the same eigenpairs to the input's rounding.
+    It runs eight matrices at a time in float64, so it wins where the matrices are small (``?syevr`` time / kernel
+    time, one thread, ``python bench/top_eigpair.py --n 11,21,41,64,81,161 --replicas 1,3,8,20,100``: for 1, 8 and
+    100 matrices n = 41: 0.69x, 3.3x, 3.0x; n = 64: 0.68x, 3.0x, 1.9x; n = 81: 0.34x, 1.7x, 2.2x; n = 161: 0.16x,
+    0.86x, 0.87x): it is used for n <= ``SIMD_MAX_N``, LAPACK above (SLANG's MNIST step: one 801 x 801 matrix). For
+    fewer than 8 matrices of n <= 64 it loses at most about 0.1 ms, less than the graph break that LAPACK's loop costs
+    a compiled step."""
     n = A.shape[-1]
     if A.device.type != "cpu" or k >= n or A.dtype not in (torch.float32, torch.float64):
         e, V = eigh(A)
         return e.flip(-1)[..., :k], V.flip(-1)[..., :k]
     if kernel not in ("lapack", "simd"):
         raise ValueError(f"unknown kernel {kernel!r}; valid: lapack, simd")
-    if kernel == "simd" and k == 1:
+    if kernel == "simd" and k == 1 and n <= SIMD_MAX_N:
         return torch.ops.bnnbench.top_eigh_simd(A)
     return _lapack_top_eigh(A, k)
 
