@@ -26,7 +26,7 @@ exp(H - H'), a difference of large energies, differs by 1-4e-5 relative (tests/r
 step with the per-example gradients back-propagated in closed form (``SLANG.compiled_step``: autograd's graph would
 break at the eigensolver); at L = 1 on the CPU the Gram matrices' top eigenpairs come from a SIMD kernel that the
 graph calls as an operator (``linalg.top_eigpair``; the eager step's LAPACK ``?syevr`` loop, one matrix per call, is
-3-4x slower at R = 100), so the step is one graph: 1.9x at R = 100, 2.1x at R = 20 against 5c21305
+3-4x slower at R = 100), so the step is one graph: 1.9-2.0x at R = 100, 2.1-2.3x at R = 20 against 5c21305
 (``bench/step_ab.py``; 1.4x and 1.8x with LAPACK eager between the compiled parts, as at L > 1). Noisy K-FAC compiles
 as one graph, its Cholesky fallback (``inv_chol_t``: eigenvalues clamped where a factor is not numerically positive
 definite) through ``torch.cond`` instead of a branch on the host: 1.1x at R = 100, 1.3x at R = 20. The inducing-point

@@ -29,14 +29,24 @@ def test_fast_inverse_matches_solve():
     assert torch.allclose(fast_inverse(U, d, V), torch.linalg.solve(_dense(U, d), V))
 
 
+@pytest.mark.parametrize("L", [1, 2])
 @pytest.mark.parametrize("zero_U", [False, True])
-def test_fast_sample_has_the_exact_covariance(zero_U):
-    U, d, _ = _ud()
+def test_fast_sample_has_the_exact_covariance(zero_U, L):
+    U, d, _ = _ud(L=L)
     if zero_U:
         U = torch.zeros_like(U)  # SLANG's initial state: mean field
     I = torch.eye(7, dtype=DT).expand(3, 7, 7)
     M = fast_sample(U, d, I).transpose(1, 2)  # z = M eps, so Cov z = M M^T
     assert torch.allclose(M @ M.transpose(1, 2), torch.linalg.inv(_dense(U, d)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lapacks_1x1_eigh_is_its_entry_and_one_exactly(dtype):
+    """What ``fast_sample`` relies on to skip the call at L = 1 without moving a SLANG L = 1 record's digits."""
+    g = torch.Generator().manual_seed(3)
+    A = torch.rand(200, 1, 1, generator=g, dtype=DT) * 10.0 ** torch.randint(-30, 30, (200, 1, 1), generator=g)
+    e, Q = torch.linalg.eigh(A.to(dtype))
+    assert torch.equal(e, A.to(dtype)[..., 0]) and torch.equal(Q, torch.ones_like(Q))
 
 
 def test_fast_sample_empirical_covariance():

@@ -30,8 +30,12 @@ def fast_inverse(U: torch.Tensor, d: torch.Tensor, v: torch.Tensor) -> torch.Ten
     Us = U * d.rsqrt()                                          # D^-1/2 U: U^T D^-1 U = Us^T Us
     L = U.shape[-1]
     cap = torch.eye(L, dtype=U.dtype, device=U.device) + Us.transpose(-1, -2) @ Us
-    # solve_ex: solve without its host-side check (a CUDA graph cannot capture it); cap >= I is never singular
-    x = Dinv_v - (U @ torch.linalg.solve_ex(cap, U.transpose(-1, -2) @ Dinv_v)[0]) / d
+    rhs = U.transpose(-1, -2) @ Dinv_v
+    if L == 1 and torch.compiler.is_compiling():   # a division, not a LAPACK call in the graph; equal to the solve to
+        y = rhs / cap                                 # float rounding, not bitwise, so the eager step keeps the solve
+    else:   # solve_ex: solve without its host-side check (a CUDA graph cannot capture it); cap >= I is never singular
+        y = torch.linalg.solve_ex(cap, rhs)[0]
+    x = Dinv_v - (U @ y) / d
     return x[..., 0] if vec else x
 
 
@@ -123,7 +127,11 @@ def fast_sample(U: torch.Tensor, d: torch.Tensor, eps: torch.Tensor) -> torch.Te
     """
     sd = d.rsqrt()
     V = U * sd.unsqueeze(-1)                                   # [R, P, L]
-    e, Q = eigh(V.transpose(-1, -2) @ V)                       # [R, L], [R, L, L]
+    VtV = V.transpose(-1, -2) @ V
+    if U.shape[-1] == 1:   # the 1 x 1 eigh returns its entry and 1 exactly (LAPACK's), without a call
+        e, Q = VtV[..., 0], torch.ones_like(VtV)
+    else:
+        e, Q = eigh(VtV)                                       # [R, L], [R, L, L]
     e = e.clamp_min(0)
     r = torch.sqrt(1 + e)
     k = -1.0 / (r * (1 + r))

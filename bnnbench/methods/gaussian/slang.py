@@ -95,7 +95,7 @@ class SLANGState(State):
 class SLANG(Method):
     name = "slang"
     Config = SLANGConfig
-    compilable = True   # bench/step_ab.py: 1.9-2.2x at UCI scale
+    compilable = True   # bench/step_ab.py: 1.9-2.3x at UCI scale
     sign_free = ("U",)
 
     def init(self, problem: Problem, generator: torch.Generator) -> SLANGState:
