@@ -122,8 +122,9 @@ class SLANG(Method):
     def compiled_step(self, compile):
         """``step`` compiled, its per-example gradients back-propagated in closed form (``per_example.backprop`` of
         the likelihood's ``grad_f``) instead of by autograd. The Gram matrices' eigensolver on the CPU: for L = 1
-        the SIMD kernel of ``linalg.top_eigpair``, an operator inside the graph (the eager step's LAPACK eigenpairs
-        to float rounding); for L > 1 LAPACK, eagerly between the compiled parts (``top_eigh``)."""
+        and matrices up to 64 x 64 (the small UCI sets') the SIMD kernel of ``linalg.top_eigpair``, an operator
+        inside the graph (the eager step's LAPACK eigenpairs to float rounding); else LAPACK, eagerly between the
+        compiled parts (``top_eigh``)."""
         return compile(lambda state, batch, noise, lr_scale=1.0: self.step(state, batch, noise, lr_scale,
                                                                           closed_form=True))
 
@@ -183,7 +184,8 @@ class SLANG(Method):
 
     def top_eig(self, U, acts, gs, beta, scale, probes, kernel="lapack"):
         """Top-L eigen-decomposition of (1 - beta) U U^T + beta G_hat, returned as V diag(sqrt(e)); ``kernel``: the
-        Gram matrix's eigensolver on the CPU (``top_eigh``: LAPACK, or the compiled step's SIMD kernel for L = 1)."""
+        Gram matrix's eigensolver on the CPU (``top_eigh``: LAPACK, or for the compiled step the SIMD kernel where it
+        wins)."""
         R, P, L = U.shape
         c = torch.sqrt(beta * scale)[:, :, None]                          # [R, 1, 1]
         a_U = torch.sqrt(1 - beta)[:, :, None]
