@@ -29,7 +29,8 @@ def test_the_wheel_holds_every_config_reference_table_and_the_registry(tmp_path)
                if p.is_file() and "__pycache__" not in p.parts}
     wanted |= {f"{p.relative_to(REPO)}" for p in (REPO / "bnnbench").rglob("*.py")}   # every module of every layer
     wanted |= {"bnnbench/core/data/registry.json", "bnnbench/configs/__init__.py", "bnnbench/methods/__init__.py",
-               "bnnbench/core/linalg/top_eigpair.c"}   # the compiled SLANG step's eigensolver, built at first use
+               "bnnbench/core/linalg/top_eigpair.c",   # the compiled SLANG step's eigensolver, built at first use
+               "bnnbench/core/linalg/chol_root.c"}     # the compiled noisy K-FAC step's factor roots, likewise
     listed = {f"bnnbench/configs/{d.relative_to(REPO / 'configs')}/".replace("/./", "/")
               for d in (REPO / "configs").rglob("*") if d.is_dir()}
     with open(REPO / "pyproject.toml", "rb") as f:

@@ -9,64 +9,29 @@ throughout (``?syevr`` runs in the input's float32). The compiled SLANG step use
 an operator that dynamo traces through) for matrices up to 64 x 64, where it wins; the eager step, and so every
 record, keeps LAPACK.
 
-The kernel is built at first use with the system's C compiler (``$CC``, else ``cc``) for this machine
-(``-march=native``) and cached under the cache directory (``kernels/``), keyed by the source, the compiler, its flags
-and the CPU's features. Where it cannot be built, ``top_eigh`` says so once (a warning) and uses LAPACK.
+The kernel is built at first use with the system's C compiler (``c_kernels``). Where it cannot be built, ``top_eigh``
+says so once (a warning) and uses LAPACK.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from bnnbench.core.linalg import c_kernels
+
 SOURCE = Path(__file__).with_name("top_eigpair.c")
-FLAGS = ("-O3", "-march=native", "-std=c99", "-shared", "-fPIC")
-
-
-def _cpu_features() -> str:
-    """What ``-march=native`` compiles for: the CPU's feature line (Linux), else the platform's names."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return f"{platform.machine()} {platform.processor()}"
 
 
 @functools.lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL | None:
-    """The built kernel, or None (with a warning) where no C compiler builds it."""
-    from bnnbench.core.data.store import cache_dir
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    key = hashlib.sha256(SOURCE.read_bytes() + repr((cc, FLAGS, _cpu_features())).encode()).hexdigest()[:16]
-    path = cache_dir() / "kernels" / f"top_eigpair-{key}.so"
-    try:
-        if not path.exists():
-            if cc is None:
-                raise OSError("no C compiler: set CC")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:   # built aside, then moved: no half-written .so
-                built = Path(tmp) / path.name
-                subprocess.run([cc, *FLAGS, "-o", str(built), str(SOURCE), "-lm"], check=True, capture_output=True,
-                               text=True)
-                os.replace(built, path)
-        lib = ctypes.CDLL(str(path))
-    except (OSError, subprocess.CalledProcessError) as err:
-        why = err.stderr.strip() if isinstance(err, subprocess.CalledProcessError) else err
-        warnings.warn(f"the eigensolver kernel {SOURCE.name} could not be built ({why}); LAPACK is used instead",
-                      RuntimeWarning, stacklevel=3)
+    """The built kernel (``c_kernels.build``), or None (with a warning) where no C compiler builds it."""
+    lib = c_kernels.build(SOURCE, "eigensolver")
+    if lib is None:
         return None
     lib.top_eigpair_work.argtypes = [ctypes.c_long]
     lib.top_eigpair_work.restype = ctypes.c_long

@@ -15,6 +15,7 @@ import dataclasses
 
 import torch
 
+from bnnbench.core.linalg import chol_root
 from bnnbench.methods.state import Node, state_class
 
 
@@ -25,10 +26,18 @@ def inv_chol_t(X: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
     damping), F's eigenvalues are clamped at 0 first, i.e. X's at ``floor``, in float64, as the authors' code does at
     every refresh (docs/protocols/noisy_kfac.md: eigendecompose the damped factors, clamp eigenvalues at the damping).
     A non-finite X, or one that even clamped is not positive definite in float64 (a diverging replica's), gives a
-    non-finite C, and the engine stops the run as diverged (a selection round scores that candidate as failed)."""
+    non-finite C, and the engine stops the run as diverged (a selection round scores that candidate as failed).
+
+    Compiled on a CPU, for n <= ``chol_root.MAX_N``: the SIMD kernel of ``core/linalg/chol_root`` in float64 (2.4-3x
+    LAPACK's float32 calls at 20-100 factors of n = 14-128, ``bench/chol_root.py``), equal to this to float rounding;
+    its failures (``info``, where float64 fails, so more rarely than float32's) take the same clamped fallback."""
     if X.shape[-1] == 1:  # a layer with one output: C = X^-1/2, clamped alike, without LAPACK
         nan = torch.full_like(X, float("nan"))
         return 1 / torch.sqrt(torch.where(X > 0, X, torch.where(torch.isfinite(X), floor[:, None, None], nan)))
+    if torch.compiler.is_compiling() and X.device.type == "cpu" and X.shape[-1] <= chol_root.MAX_N:
+        C, info = torch.ops.bnnbench.chol_root_simd(X)   # the SIMD kernel, in the graph (chol_root.py)
+        bad = info != 0
+        return torch.cond(bad.any(), _clamped_root, lambda X, floor, C, bad: C.clone(), (X, floor, C, bad))
     L, info = torch.linalg.cholesky_ex(X)
     bad = info != 0
     if torch.compiler.is_compiling():   # no branch on the outcome on the host: torch.cond keeps the step one graph
@@ -64,12 +73,23 @@ def _clamped_chol(X: torch.Tensor, floor: torch.Tensor, L: torch.Tensor, bad: to
     return torch.where(bad[:, None, None], Lc.to(X.dtype), L)
 
 
+def _clamped_root(X: torch.Tensor, floor: torch.Tensor, C: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
+    """``inv_chol_t``'s fallback after the SIMD kernel: where ``bad``, C = L^-T of ``_clamped_chol``'s L (NaN where X
+    is not finite or even clamped not positive definite); elsewhere the kernel's C."""
+    L = _clamped_chol(X, floor, torch.zeros_like(X), torch.ones_like(bad))
+    eye = torch.eye(X.shape[-1], dtype=X.dtype, device=X.device).expand_as(X)
+    Cc = torch.linalg.solve_triangular(L.transpose(-1, -2), eye, upper=True, left=False)
+    return torch.where(bad[:, None, None], Cc, C).contiguous()   # the strides of the branch without the fallback
+
+
 def kron_times(cA: torch.Tensor, E: torch.Tensor, cS: torch.Tensor) -> torch.Tensor:
     """``cA E_s cS^T`` for ``E [R, S, a, b]``, ``cA [R, a', a]``, ``cS [R, b', b]``: the samples folded into the matrix
     dimensions, two GEMMs per replica (broadcasting the factors over samples copies them S times)."""
     R, S, a, b = E.shape
     a2, b2 = cA.shape[-2], cS.shape[-2]
     if b == 1 and b2 == 1:  # cS is a scalar per replica; contiguous, as the output layer's passes prefer
+        if torch.compiler.is_compiling():   # [R, S, a2] from the product itself: inductor drops a copy's layout
+            return ((E[..., 0] * cS[:, :, :1]) @ cA.transpose(-1, -2)).unsqueeze(-1)
         return (cA @ (E[..., 0] * cS[:, :, :1]).transpose(1, 2)).transpose(1, 2).contiguous().unsqueeze(-1)
     X = (E.reshape(R, S * a, b) @ cS.transpose(-1, -2)).reshape(R, S, a, b2)            # E cS^T
     X = cA @ X.transpose(1, 2).reshape(R, a, S * b2)                                    # cA [E cS^T]

@@ -179,6 +179,9 @@ class _NoisyBase(Method):
         acts = [a.detach() for a in acts]
         if not sampled:
             return fd, lik.log_prob(fd, y).mean(-1), acts, backprop(self.model, layers, acts, zs, g_obs), None
+        if torch.compiler.is_compiling():   # two passes, each fused into its consumers, not one buffer read twice
+            return (fd, lik.log_prob(fd, y).mean(-1), acts, backprop(self.model, layers, acts, zs, g_obs),
+                    backprop(self.model, layers, acts, zs, lik.sampled_score(fd, y_noise)))
         gs = backprop(self.model, layers, acts, zs, torch.cat([g_obs, lik.sampled_score(fd, y_noise)], -2))
         return (fd, lik.log_prob(fd, y).mean(-1), acts,
                 [g[..., :n, :] for g, n in zip(gs, rows)], [g[..., n:, :] for g, n in zip(gs, rows)])

@@ -1,0 +1,54 @@
+"""The package's small C kernels (``top_eigpair.c``, ``chol_root.c``), built at first use with the system's C compiler
+(``$CC``, else ``cc``) for this machine (``-march=native``) and cached under the cache directory (``kernels/``), keyed
+by the source, the compiler, its flags and the CPU's features; loaded with ctypes. Where one cannot be built, its
+caller says so once (a warning) and uses LAPACK."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+FLAGS = ("-O3", "-march=native", "-std=c99", "-shared", "-fPIC")
+
+
+def _cpu_features() -> str:
+    """What ``-march=native`` compiles for: the CPU's feature line (Linux), else the platform's names."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return f"{platform.machine()} {platform.processor()}"
+
+
+def build(source: Path, what: str) -> ctypes.CDLL | None:
+    """The shared library of the C file ``source``, built if need be (aside, then moved into place: never a
+    half-written library), or None with a RuntimeWarning that names ``what`` falls back to LAPACK."""
+    from bnnbench.core.data.store import cache_dir
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    key = hashlib.sha256(source.read_bytes() + repr((cc, FLAGS, _cpu_features())).encode()).hexdigest()[:16]
+    path = cache_dir() / "kernels" / f"{source.stem}-{key}.so"
+    try:
+        if not path.exists():
+            if cc is None:
+                raise OSError("no C compiler: set CC")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+                built = Path(tmp) / path.name
+                subprocess.run([cc, *FLAGS, "-o", str(built), str(source), "-lm"], check=True, capture_output=True,
+                               text=True)
+                os.replace(built, path)
+        return ctypes.CDLL(str(path))
+    except (OSError, subprocess.CalledProcessError) as err:
+        why = err.stderr.strip() if isinstance(err, subprocess.CalledProcessError) else err
+        warnings.warn(f"the {what} kernel {source.name} could not be built ({why}); LAPACK is used instead",
+                      RuntimeWarning, stacklevel=4)
+        return None
