@@ -28,11 +28,13 @@ break at the eigensolver); at L = 1 on the CPU the Gram matrices' top eigenpairs
 graph calls as an operator (``linalg.top_eigpair``; the eager step's LAPACK ``?syevr`` loop, one matrix per call, is
 3-4x slower at R = 100), so the step is one graph: 1.9-2.0x at R = 100, 2.1-2.3x at R = 20 against 5c21305
 (``bench/step_ab.py``; 1.4x and 1.8x with LAPACK eager between the compiled parts, as at L > 1). Noisy K-FAC compiles
-as one graph, its Cholesky fallback (``inv_chol_t``: eigenvalues clamped where a factor is not numerically positive
-definite) through ``torch.cond`` instead of a branch on the host: 1.1x at R = 100, 1.3x at R = 20. The inducing-point
-families compile on their MLP (``InducingFamily.compiles_with``; App. G's setting: factorised 2.0-2.2x, global
-inducing 1.3-1.5x), not on their convolutional architectures (not tried). Not compilable at present: K-FAC
-(convolutional), full Gaussian VI and PBP (not measured).
+as one graph, its factor roots C = L^-T by a SIMD kernel that the graph calls as an operator (``linalg.chol_root``,
+2.4-3x LAPACK's calls) and its Cholesky fallback (``inv_chol_t``: eigenvalues clamped where a factor is not numerically
+positive definite) through ``torch.cond`` instead of a branch on the host: 1.6x at R = 100, 1.75x at R = 20. The
+inducing-point families compile on their MLP (``InducingFamily.compiles_with``; App. G's setting: factorised
+2.0-2.2x, global inducing 1.3-1.5x), not on their convolutional architectures (not tried). Not compilable at present:
+K-FAC (convolutional), full Gaussian VI (its compiled full-covariance step is 1.2e-5 off in float32, its mean-field
+step on an MLP does not compile) and PBP (not measured).
 
 On a GPU (``device=cuda``) the compiled step also runs as a CUDA graph (``torch.compile(mode="reduce-overhead")``,
 inductor's CUDA-graph trees): the small networks' steps are bound by kernel launches there (an MNIST Adam step takes

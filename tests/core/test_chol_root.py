@@ -84,19 +84,13 @@ def test_the_operator_and_inv_chol_t_compiled_call_the_kernel_up_to_its_size(mon
     assert calls == [(3, 5, 5)]
 
 
-def test_without_a_compiler_the_operator_warns_and_uses_lapack(monkeypatch, tmp_path):
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    monkeypatch.setenv("BNNBENCH_CACHE", str(tmp_path))
-    cr._library.cache_clear()
-    try:
-        X = _spd(3, 9)
-        with pytest.warns(RuntimeWarning, match="Cholesky kernel chol_root.c could not be built"):
-            C, info = torch.ops.bnnbench.chol_root_simd(X)
-        assert info.eq(0).all() and (C - _reference(X)).abs().max() <= 1e-12 * C.abs().max()
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            torch.ops.bnnbench.chol_root_simd(X)   # said once
-        with pytest.raises(RuntimeError, match="not available"):
-            cr.chol_root(X)
-    finally:
-        cr._library.cache_clear()
+def test_without_a_compiler_the_operator_warns_and_uses_lapack(no_c_compiler):
+    X = _spd(3, 9)
+    with pytest.warns(RuntimeWarning, match="Cholesky kernel chol_root.c could not be built"):
+        C, info = torch.ops.bnnbench.chol_root_simd(X)
+    assert info.eq(0).all() and (C - _reference(X)).abs().max() <= 1e-12 * C.abs().max()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.ops.bnnbench.chol_root_simd(X)   # said once
+    with pytest.raises(RuntimeError, match="not available"):
+        cr.chol_root(X)

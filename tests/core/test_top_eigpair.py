@@ -119,19 +119,13 @@ def test_top_eigh_simd_leaves_matrices_above_its_size_to_lapack(monkeypatch):
     assert calls == [(2, SIMD_MAX_N, SIMD_MAX_N)]
 
 
-def test_without_a_compiler_top_eigh_warns_and_uses_lapack(monkeypatch, tmp_path):
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    monkeypatch.setenv("BNNBENCH_CACHE", str(tmp_path))
-    top_eigpair._library.cache_clear()
-    try:
-        A = _gram(3, 9)
-        with pytest.warns(RuntimeWarning, match="could not be built"):
-            e, V = top_eigh(A, 1, kernel="simd")
-        assert torch.allclose(e, top_eigh(A, 1)[0])
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            top_eigh(A, 1, kernel="simd")   # said once
-        with pytest.raises(RuntimeError, match="not available"):
-            top_eigpair.top_eigpair(A)
-    finally:
-        top_eigpair._library.cache_clear()
+def test_without_a_compiler_top_eigh_warns_and_uses_lapack(no_c_compiler):
+    A = _gram(3, 9)
+    with pytest.warns(RuntimeWarning, match="could not be built"):
+        e, V = top_eigh(A, 1, kernel="simd")
+    assert torch.allclose(e, top_eigh(A, 1)[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        top_eigh(A, 1, kernel="simd")   # said once
+    with pytest.raises(RuntimeError, match="not available"):
+        top_eigpair.top_eigpair(A)

@@ -29,9 +29,10 @@ def _cpu_features() -> str:
     return f"{platform.machine()} {platform.processor()}"
 
 
-def build(source: Path, what: str) -> ctypes.CDLL | None:
+def build(source: Path, what: str, signatures: dict) -> ctypes.CDLL | None:
     """The shared library of the C file ``source``, built if need be (aside, then moved into place: never a
-    half-written library), or None with a RuntimeWarning that names ``what`` falls back to LAPACK."""
+    half-written library), its functions declared from ``signatures`` (``{name: (argtypes, restype)}``); or None with a
+    RuntimeWarning that names ``what`` falls back to LAPACK."""
     from bnnbench.core.data.store import cache_dir
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     key = hashlib.sha256(source.read_bytes() + repr((cc, FLAGS, _cpu_features())).encode()).hexdigest()[:16]
@@ -46,9 +47,13 @@ def build(source: Path, what: str) -> ctypes.CDLL | None:
                 subprocess.run([cc, *FLAGS, "-o", str(built), str(source), "-lm"], check=True, capture_output=True,
                                text=True)
                 os.replace(built, path)
-        return ctypes.CDLL(str(path))
+        lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.CalledProcessError) as err:
         why = err.stderr.strip() if isinstance(err, subprocess.CalledProcessError) else err
         warnings.warn(f"the {what} kernel {source.name} could not be built ({why}); LAPACK is used instead",
                       RuntimeWarning, stacklevel=4)
         return None
+    for name, (argtypes, restype) in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, restype
+    return lib

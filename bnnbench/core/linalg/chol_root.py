@@ -28,15 +28,10 @@ MAX_N = 128   # up to which the kernel beats LAPACK (the module's docstring)
 
 @functools.lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL | None:
-    lib = c_kernels.build(SOURCE, "Cholesky")
-    if lib is None:
-        return None
-    lib.chol_root_work.argtypes = [ctypes.c_long]
-    lib.chol_root_work.restype = ctypes.c_long
-    for fn in (lib.chol_root_f32_all, lib.chol_root_f64_all):
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long] + [ctypes.c_void_p] * 3
-        fn.restype = None
-    return lib
+    """The built kernel (``c_kernels.build``), or None (with a warning) where no C compiler builds it."""
+    entry = ([ctypes.c_void_p, ctypes.c_long, ctypes.c_long] + [ctypes.c_void_p] * 3, None)
+    return c_kernels.build(SOURCE, "Cholesky", {"chol_root_work": ([ctypes.c_long], ctypes.c_long),
+                                                "chol_root_f32_all": entry, "chol_root_f64_all": entry})
 
 
 def available() -> bool:
@@ -65,11 +60,17 @@ def chol_root(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return C.reshape(X.shape), info.reshape(X.shape[:-2])
 
 
+def root_of_factor(L: torch.Tensor) -> torch.Tensor:
+    """``C = L^-T`` of lower-triangular Cholesky factors ``L [..., n, n]`` by LAPACK, from ``C L^T = I`` (a solve from
+    the right: 2x faster on a CPU than ``L C^T = I`` and a transpose)."""
+    eye = torch.eye(L.shape[-1], dtype=L.dtype, device=L.device).expand_as(L)
+    return torch.linalg.solve_triangular(L.transpose(-1, -2), eye, upper=True, left=False)
+
+
 def _lapack_chol_root(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``chol_root`` by LAPACK: ``cholesky_ex``, then ``C L^T = I`` solved from the right."""
+    """``chol_root`` by LAPACK: ``cholesky_ex``, then ``root_of_factor``."""
     L, info = torch.linalg.cholesky_ex(X)
-    eye = torch.eye(X.shape[-1], dtype=X.dtype, device=X.device).expand_as(X)
-    return torch.linalg.solve_triangular(L.transpose(-1, -2), eye, upper=True, left=False), info
+    return root_of_factor(L), info
 
 
 @torch.library.custom_op("bnnbench::chol_root_simd", mutates_args=(), device_types="cpu")

@@ -30,14 +30,9 @@ SOURCE = Path(__file__).with_name("top_eigpair.c")
 @functools.lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL | None:
     """The built kernel (``c_kernels.build``), or None (with a warning) where no C compiler builds it."""
-    lib = c_kernels.build(SOURCE, "eigensolver")
-    if lib is None:
-        return None
-    lib.top_eigpair_work.argtypes = [ctypes.c_long]
-    lib.top_eigpair_work.restype = ctypes.c_long
-    lib.top_eigpair.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long] + [ctypes.c_void_p] * 3
-    lib.top_eigpair.restype = None
-    return lib
+    return c_kernels.build(SOURCE, "eigensolver", {
+        "top_eigpair_work": ([ctypes.c_long], ctypes.c_long),
+        "top_eigpair": ([ctypes.c_void_p, ctypes.c_long, ctypes.c_long] + [ctypes.c_void_p] * 3, None)})
 
 
 def available() -> bool:

@@ -54,31 +54,31 @@ def inv_chol_t(X: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
             Lb[ok] = Lc
         L = L.clone()
         L[bad] = Lb.to(X.dtype)
-    eye = torch.eye(X.shape[-1], dtype=X.dtype, device=X.device).expand_as(X)
-    # C from C L^T = I (a solve from the right): 2x faster on a CPU than L C^T = I and a transpose
-    return torch.linalg.solve_triangular(L.transpose(-1, -2), eye, upper=True, left=False)
+    return chol_root.root_of_factor(L)
 
 
-def _clamped_chol(X: torch.Tensor, floor: torch.Tensor, L: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
-    """``inv_chol_t``'s fallback for every replica at once, taken where ``bad`` (its eager branch takes the bad
-    replicas only; the same LAPACK calls per matrix): the Cholesky factor of X with its eigenvalues clamped at
-    ``floor`` in float64, NaN where X is not finite or even clamped not positive definite."""
+def _clamped_factor(X: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
+    """The Cholesky factor of every X with its eigenvalues clamped at ``floor`` in float64 (the same LAPACK calls per
+    matrix as ``inv_chol_t``'s eager fallback), NaN where X is not finite or even clamped not positive definite."""
     Xd = X.double()
     ok = torch.isfinite(Xd).all(-1).all(-1)
     eye = torch.eye(X.shape[-1], dtype=Xd.dtype, device=X.device).expand_as(Xd)
     e, V = torch.linalg.eigh(torch.where(ok[:, None, None], Xd, eye))
     e = torch.maximum(e, floor.double()[:, None])
     Lc, still = torch.linalg.cholesky_ex((V * e.unsqueeze(-2)) @ V.transpose(-1, -2))
-    Lc = torch.where((ok & (still == 0))[:, None, None], Lc, torch.full_like(Lc, float("nan")))
-    return torch.where(bad[:, None, None], Lc.to(X.dtype), L)
+    return torch.where((ok & (still == 0))[:, None, None], Lc, torch.full_like(Lc, float("nan"))).to(X.dtype)
+
+
+def _clamped_chol(X: torch.Tensor, floor: torch.Tensor, L: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
+    """``inv_chol_t``'s compiled fallback after LAPACK's factorisation, for every replica at once: where ``bad``,
+    ``_clamped_factor``'s L; elsewhere ``L``."""
+    return torch.where(bad[:, None, None], _clamped_factor(X, floor), L)
 
 
 def _clamped_root(X: torch.Tensor, floor: torch.Tensor, C: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
-    """``inv_chol_t``'s fallback after the SIMD kernel: where ``bad``, C = L^-T of ``_clamped_chol``'s L (NaN where X
-    is not finite or even clamped not positive definite); elsewhere the kernel's C."""
-    L = _clamped_chol(X, floor, torch.zeros_like(X), torch.ones_like(bad))
-    eye = torch.eye(X.shape[-1], dtype=X.dtype, device=X.device).expand_as(X)
-    Cc = torch.linalg.solve_triangular(L.transpose(-1, -2), eye, upper=True, left=False)
+    """``inv_chol_t``'s compiled fallback after the SIMD kernel: where ``bad``, C = L^-T of ``_clamped_factor``'s L;
+    elsewhere the kernel's C."""
+    Cc = chol_root.root_of_factor(_clamped_factor(X, floor))
     return torch.where(bad[:, None, None], Cc, C).contiguous()   # the strides of the branch without the fallback
 
 
