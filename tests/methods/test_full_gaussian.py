@@ -159,3 +159,29 @@ def test_dense_ggn_of_a_categorical_likelihood_is_refused():
     batch = Batch(torch.randn(1, 4, 2, generator=g, dtype=DT), torch.tensor([[0, 1, 2, 1]]), torch.tensor([4]))
     with pytest.raises(ValueError, match="curvature=ggn supports gaussian and bernoulli"):
         method.update(state, batch, g)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_in_place_precision_update_rounds_as_the_plain_expression(dtype):
+    """``mixed_prec`` is eq. 12 symmetrised, bit for bit the expression it replaced (so records repeat exactly), with
+    exact zeros off the diagonal of the old precision (its first step) and of C (unused inputs); C_sum's buffer is
+    its scratch, the old precision is left as it was."""
+    from bnnbench.methods.gaussian.full_gaussian import mixed_prec
+    g = torch.Generator().manual_seed(3)
+    R, P = 3, 17
+    X = torch.randn(R, P, 5, generator=g, dtype=dtype)
+    X[:, 4] = 0   # a feature that never appears: a zero row and column of C
+    C = X @ X.transpose(1, 2) * 7.3
+    A = torch.randn(R, P, P, generator=g, dtype=dtype)
+    for prec in (torch.diag_embed(torch.rand(R, P, generator=g, dtype=dtype) + 1), 0.5 * (A + A.transpose(1, 2))):
+        scale = torch.rand(R, generator=g, dtype=dtype) * 100
+        lam = torch.rand(R, P, generator=g, dtype=dtype)
+        beta = torch.rand(R, generator=g, dtype=dtype)
+        b = beta[:, None, None]
+        plain = (1 - b) * prec + b * (scale[:, None, None] * C + torch.diag_embed(lam))
+        plain = 0.5 * (plain + plain.transpose(-1, -2))
+        prec_before = prec.clone()
+        got = mixed_prec(prec, C.clone(), scale, lam, beta)
+        bits = torch.int32 if dtype == torch.float32 else torch.int64
+        assert torch.equal(got.view(bits), plain.view(bits))
+        assert torch.equal(prec, prec_before)

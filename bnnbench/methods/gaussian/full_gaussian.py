@@ -38,6 +38,25 @@ from bnnbench.methods.gaussian.slang import decayed
 from bnnbench.methods.state import State, state_class
 
 
+def mixed_prec(prec: torch.Tensor, C_sum: torch.Tensor, scale: torch.Tensor, lam: torch.Tensor,
+               beta: torch.Tensor) -> torch.Tensor:
+    """The precision update (SLANG eq. 12) symmetrised: ``sym((1 - b) prec + b (scale C + diag lam))`` with
+    ``sym(X) = (X + X^T) / 2``, for ``prec, C_sum [R, P, P]``, ``scale, beta [R]``, ``lam [R, P]``.
+
+    Each element is rounded as in that expression, operation by operation in the same order (a multiply or an add
+    rounds the same wherever it runs), so a run's bits do not depend on which form computes it; but in place, in
+    ``C_sum``'s buffer (the caller's scratch, overwritten) and one new one: the diagonal added on the diagonal only
+    instead of a dense ``diag_embed``, and no temporaries. At SLANG Table 1's USPS size ([20, 257, 257], float32, one
+    thread) 2.2 against 4.6 ms (bench/full_gaussian_step.py)."""
+    b = beta[:, None, None]
+    x = C_sum.mul_(scale[:, None, None])
+    x.diagonal(dim1=-2, dim2=-1).add_(lam)
+    x.mul_(b)
+    z = prec * (1 - b)
+    z.add_(x)
+    return torch.add(z, z.transpose(-1, -2), out=x).mul_(0.5)
+
+
 @dataclass(frozen=True)
 class FullGaussianConfig(MethodConfig):
     name: str = "full_gaussian"
@@ -168,9 +187,7 @@ class FullGaussian(Method):
             new_prec = (1 - beta[:, None]) * prec + beta[:, None] * (scale[:, None] * C_sum + lam)
             new_mean = mean - alpha[:, None] * rhs / new_prec
             return state.replace(mean=new_mean, prec=new_prec, m=m, t=t), {"objective": nll, "nll": nll}
-        b = beta[:, None, None]
-        new_prec = (1 - b) * prec + b * (scale[:, None, None] * C_sum + torch.diag_embed(lam))
-        new_prec = 0.5 * (new_prec + new_prec.transpose(-1, -2))
+        new_prec = mixed_prec(prec, C_sum, scale, lam, beta)
         L = torch.linalg.cholesky(new_prec)
         new_mean = mean - alpha[:, None] * torch.cholesky_solve(rhs.unsqueeze(-1), L)[..., 0]
         return state.replace(mean=new_mean, prec=new_prec, prec_chol=L, m=m, t=t), {"objective": nll, "nll": nll}
