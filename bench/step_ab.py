@@ -20,10 +20,11 @@ The compilation is done before the clock starts (it is reported once: it counts 
 ``bench/suite_cost.py``).
 
     PYTHONPATH=. taskset -c 0 python bench/step_ab.py [--base 5c21305] [--methods bbb,vogn] [--replicas 100,20]
-        [--rounds 7] [--eager] [--base-compiled] [--data uci/kin8nm]
+        [--rounds 7] [--eager] [--base-compiled] [--data uci/kin8nm] [--protocol vadam_uci]
 
 ``--data`` runs every case on another data set at its protocol's settings for it (SLANG's selection on kin8nm, power
-and naval: minibatch 100, 2 samples and the authors' Nystrom eigensolver).
+and naval: minibatch 100, 2 samples and the authors' Nystrom eigensolver), ``--protocol`` under another protocol (BBB
+as Vadam Table 1 or NNG Table 1 select it).
 
 Needs the data mirror (``BNNBENCH_MIRROR``) and git.
 """
@@ -170,6 +171,11 @@ def child(args):
 
 # ---------------------------------------------------------------------------------------------------- parent side
 
+def _head() -> str:
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+
+
 def worktree(base: str) -> Path:
     """The old commit checked out (once) into a detached worktree under the temporary folder."""
     sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", base], capture_output=True, text=True,
@@ -207,6 +213,10 @@ def main():
     ap.add_argument("--methods", help="comma-separated method names (default: all nine cases)")
     ap.add_argument("--replicas", default="100,20")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--json", help="append each case's medians to this JSON-lines file (bench/projection.py reads "
+                                   "them)")
+    ap.add_argument("--protocol", help="the protocol of every chosen case instead of its own (BBB's selection in "
+                                       "Vadam Table 1: vadam_uci; in NNG Table 1: nng_uci)")
     ap.add_argument("--data", default="uci/boston",
                     help="the data set of every case (its protocol's settings for it: SLANG's selection on kin8nm, "
                          "power and naval uses the authors' Nystrom eigensolver, eig: nystrom)")
@@ -219,8 +229,8 @@ def main():
     if args.child:
         return child(args)
     chosen = set(args.methods.split(",")) if args.methods else None
-    cases = [(label, name, proto, int(R)) for label, name, proto in CASES if chosen is None or name in chosen
-             for R in args.replicas.split(",")]
+    cases = [(label, name, args.protocol or proto, int(R)) for label, name, proto in CASES
+             if chosen is None or name in chosen for R in args.replicas.split(",")]
     base_tree = worktree(args.base)
     sides = {"old": Child(base_tree, [(n, p, R, args.base_compiled) for _, n, p, R in cases], args.data),
              "new": Child(REPO, [(n, p, R, True) for _, n, p, R in cases], args.data)}
@@ -254,6 +264,15 @@ def main():
         d, b = med["draws"][i], sides["new"].built[i]
         line += f" {d:9.2f} {o / d:8.2f}x {'yes' if b['compiled'] else 'no':>9s} {b['compile_s']:9.1f}"
         print(line)
+        if args.json:
+            row = {"method": cases[i][1], "protocol": proto, "data": args.data, "R": R, "base": args.base,
+                   "base_compiled": args.base_compiled, "old_ms": o, "new_ms": n, "draws_ms": d,
+                   "compiled": b["compiled"], "compile_s": b["compile_s"], "rounds": args.rounds,
+                   "when": time.strftime("%Y-%m-%d %H:%M"), "commit": _head()}
+            if args.eager:
+                row["eager_ms"] = med["new eager"][i]
+            with open(args.json, "a") as f:
+                f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":
