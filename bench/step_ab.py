@@ -51,8 +51,11 @@ CASES = [  # label, method, protocol
     ("MC dropout", "mc_dropout", "gal_uci"),
     ("App. G fac", "fac", "gi_uci"),
     ("App. G gi", "gi", "gi_uci"),
+    ("App. G li", "li", "gi_uci"),
+    ("App. G fac_gi", "fac_gi", "gi_uci"),
 ]
 REPO = Path(__file__).resolve().parent.parent
+GRID_PROTOCOLS = ("gal_uci", "leaderboard_uci")   # protocols that select by a grid (a run says hpo=grid)
 
 
 # ----------------------------------------------------------------------------------------------------- child side
@@ -124,7 +127,7 @@ class Stepper(Timed):
         import torch
         load_dataset, CommandLine, compose, epoch_batches, make_batch, FitOptions, program, resolve = _api()
         ds = load_dataset(data)
-        ov = [f"method={name}", f"data={data}", f"protocol={proto}"] + (["hpo=grid"] if proto == "gal_uci" else [])
+        ov = [f"method={name}", f"data={data}", f"protocol={proto}"] + (["hpo=grid"] if proto in GRID_PROTOCOLS else [])
         spec = resolve(compose(ov), CommandLine.parse(ov), meta=ds.meta)
         pairs = cv_pairs(ds, R)
         hp = [dict(spec.fixed)] * R
@@ -210,7 +213,7 @@ def main():
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cases", help=argparse.SUPPRESS)
     ap.add_argument("--base", default="5c21305", help="the old code's commit (default: issue 31's 5c21305)")
-    ap.add_argument("--methods", help="comma-separated method names (default: all nine cases)")
+    ap.add_argument("--methods", help="comma-separated method names (default: every case)")
     ap.add_argument("--replicas", default="100,20")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--json", help="append each case's medians to this JSON-lines file (bench/projection.py reads "

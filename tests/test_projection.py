@@ -1,0 +1,93 @@
+"""bench/projection.py: the records' phases divided, cell by cell, by the step speed-ups measured for the cell's own
+method, protocol and data set (falling back as its docstring says), on synthetic records and ratio rows."""
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from datapaths import REPO
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+sc = _load("suite_cost")
+pj = _load("projection")
+
+
+def _record(root, exp, label, data, method, protocol, hpo="fixed", **times):
+    d = root / exp / label / data.replace("/", "__")
+    d.mkdir(parents=True)
+    (d / "record.json").write_text(json.dumps({
+        "status": "ok", "dataset": data, "device": "cpu", "method": method, "protocol": protocol,
+        "config": {"workers": None, "spec": {"hpo": {"kind": hpo}}}, **times}))
+
+
+def _row(method, protocol, data, R, old, new, compile_s=10.0, when="2026-12-01 10:00", **kw):
+    return {"method": method, "protocol": protocol, "data": data, "R": R, "old_ms": old, "new_ms": new,
+            "compile_s": compile_s, "compiled": True, "base_compiled": False, "when": when, **kw}
+
+
+def test_each_phase_is_divided_by_the_most_specific_speed_up(tmp_path):
+    runs_root = tmp_path / "runs"
+    # start-up 5 s (the unsearched records' median on boston), so bbb's selection is 3600 - 5 s
+    _record(runs_root, "t", "bbb", "uci/kin8nm", "bbb", "vadam_uci", hpo="bo",
+            wall_time_s=7300.0, hpo_time_s=3605.0, train_time_s=3600.0)
+    _record(runs_root, "t", "bbb", "uci/boston", "bbb", "vadam_uci", wall_time_s=1010.0, hpo_time_s=5.0,
+            train_time_s=1000.0)
+    _record(runs_root, "t", "bbb", "uci/wine", "bbb", "vadam_uci", wall_time_s=805.0, hpo_time_s=5.0,
+            train_time_s=800.0)
+    _record(runs_root, "t", "slang", "libsvm/a1a", "slang", "slang_logreg", wall_time_s=305.0, hpo_time_s=5.0,
+            train_time_s=300.0)
+    _record(runs_root, "t", "pbp", "uci/boston", "pbp", "nng_uci", wall_time_s=505.0, hpo_time_s=5.0,
+            train_time_s=500.0)
+    _record(runs_root, "t", "noisy_adam", "uci/kin8nm", "noisy_adam", "nng_uci", wall_time_s=2005.0,
+            hpo_time_s=5.0, train_time_s=2000.0)
+    ratios = tmp_path / "ab.jsonl"
+    rows = [_row("bbb", "vadam_uci", "uci/kin8nm", 100, 30.0, 10.0, compile_s=8.0),      # 3x
+            _row("bbb", "vadam_uci", "uci/kin8nm", 20, 6.0, 3.0, compile_s=4.0),         # 2x
+            _row("bbb", "vadam_uci", "uci/kin8nm", 20, 6.0, 6.0, when="2026-11-01 10:00"),   # older: not used
+            _row("bbb", "slang_uci", "uci/boston", 20, 5.0, 1.0),                       # another protocol: not used
+            _row("bbb", "vadam_uci", "uci/boston", 20, 8.0, 2.0, compile_s=2.0),         # 4x, protocol on Boston
+            _row("noisy_adam", "nng_small", "uci/boston", 20, 2.5, 1.0, compile_s=1.0),  # 2.5x, Boston fallback
+            _row("slang", "slang_logreg", "uci/boston", 20, 9.0, 1.0),                  # not for a LIBSVM set
+            _row("vogn", "vadam_uci", "uci/kin8nm", 100, 9.0, 1.0, base_compiled=True)]  # compiled base: ignored
+    ratios.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runs = sc.phase_seconds(sc.read_runs(runs_root))
+    proj = pj.project(runs, pj.read_ratios(ratios), pj.record_methods(runs_root)).set_index(["label", "dataset"])
+
+    k = proj.loc[("bbb", "uci/kin8nm")]
+    assert k["proj_selection"] == pytest.approx(3600.0 / 3) and k["proj_training"] == pytest.approx(3600.0 / 2)
+    assert k["compile"] == pytest.approx(8.0 + 4.0)
+    assert k["proj_total"] == pytest.approx(5.0 + 1200.0 + 1800.0 + 95.0 + 12.0)     # start-up, after kept
+    assert k["selection_source"] == "own (R = 100)" and k["training_source"] == "own (R = 20)"
+
+    b = proj.loc[("bbb", "uci/boston")]
+    assert b["proj_training"] == pytest.approx(250.0) and b["training_source"] == "own (R = 20)"
+    assert b["proj_selection"] == 0.0 and b["compile"] == pytest.approx(2.0)    # unsearched: no selection shape
+    w = proj.loc[("bbb", "uci/wine")]   # no row on wine: the protocol's on Boston, not another protocol's on wine
+    assert w["proj_training"] == pytest.approx(200.0) and w["training_source"] == "protocol on Boston (R = 20)"
+
+    n = proj.loc[("noisy_adam", "uci/kin8nm")]   # measured under another protocol only: kept as recorded
+    assert n["training_ratio"] == 1.0 and n["training_source"].startswith("unmeasured")
+
+    assert proj.loc[("slang", "libsvm/a1a"), "training_source"].startswith("unmeasured")
+    p = proj.loc[("pbp", "uci/boston")]   # no row for PBP: kept as recorded, no compilation
+    assert p["proj_total"] == p["total"] == 505.0 and p["training_source"].startswith("unmeasured")
+
+
+def test_the_nearest_measured_replica_count_is_used(tmp_path):
+    ratios = tmp_path / "ab.jsonl"
+    ratios.write_text("".join(json.dumps(r) + "\n" for r in [
+        _row("bbb", "nng_uci", "uci/protein", 25, 10.0, 4.0), _row("bbb", "nng_uci", "uci/protein", 5, 3.0, 2.0)]))
+    df = pj.read_ratios(ratios)
+    assert pj.pick(df, "bbb", "nng_uci", "uci/protein", 100)[0] == pytest.approx(2.5)
+    assert pj.pick(df, "bbb", "nng_uci", "uci/protein", 20)[0] == pytest.approx(2.5)   # 25 is nearer to 20 than 5
+    assert pj.pick(df, "vadam", "nng_uci", "uci/protein", 20) is None
