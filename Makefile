@@ -11,6 +11,7 @@ JOBS   ?= 1
 LAUNCHER ?=        # e.g. joblib, submitit_slurm: each cell one job through Hydra's launcher (docs/cluster.md)
 LAUNCHER_ARGS ?=   # e.g. --partition gpu --time 60 --cpus 2
 ARGS   ?=
+OVERRIDES ?=       # e.g. compile=true: Hydra overrides for every cell of reproduce-tables (with RUNS=<a fresh runs root>)
 PYTEST_ARGS ?=
 
 .PHONY: install test test-e2e test-slow test-all lint data reproduce-tables tables report bench gpu-queue regression clean
@@ -43,7 +44,7 @@ data:  ## fetch, verify and convert every data set (BNNBENCH_MIRROR=<dir> to cop
 	$(BNN) data fetch all
 
 reproduce-tables:  ## run every missing cell of the paper tables, then write results/tables/ (and the READMEs' generated counts); LAUNCHER=joblib|submitit_slurm: one job per cell
-	for e in $(EXPERIMENTS); do $(BNN) reproduce $$e progress=false --jobs $(JOBS) --runs-root $(RUNS) --out results/tables $(if $(strip $(LAUNCHER)),--launcher $(strip $(LAUNCHER)) $(LAUNCHER_ARGS)) || exit 1; done
+	for e in $(EXPERIMENTS); do $(BNN) reproduce $$e progress=false $(OVERRIDES) --jobs $(JOBS) --runs-root $(RUNS) --out results/tables $(if $(strip $(LAUNCHER)),--launcher $(strip $(LAUNCHER)) $(LAUNCHER_ARGS)) || exit 1; done
 
 tables:  ## re-render results/tables/ from the records in results/runs (no training), and the generated counts of README.md and results/README.md
 	for e in $(TABLES); do $(BNN) table $$e --runs-root $(RUNS) --out results/tables || exit 1; done
