@@ -425,6 +425,33 @@ def test_the_compiled_factor_root_takes_the_fallback_as_the_eager_one_does(dtype
         torch._dynamo.reset()
 
 
+def test_the_compiled_fallback_clamps_the_failed_replicas_alone(monkeypatch):
+    """After the SIMD kernel, the compiled fallback (``bnnbench::clamped_root_where_failed``) eigendecomposes only the
+    factors whose factorisation failed (a selection round's diverging candidate must not cost every replica a
+    float64 eigendecomposition at every step) and gives each the clamped root that the eager fallback gives; the
+    others keep the kernel's C, bit for bit."""
+    from bnnbench.core.linalg import chol_root
+    from bnnbench.methods.kfac import kronecker
+    g = torch.Generator().manual_seed(1)
+    A = torch.randn(5, 6, 6, generator=g, dtype=DT)
+    X = A @ A.transpose(1, 2) + 0.1 * torch.eye(6, dtype=DT)
+    X[3] = X[3] - 2 * torch.linalg.eigvalsh(X[3])[-1] * torch.eye(6, dtype=DT)     # indefinite
+    floor = torch.full((5,), 1e-2, dtype=DT)
+    C, info = chol_root.chol_root(X)
+    assert (info != 0).tolist() == [False, False, False, True, False]
+    sizes = []
+    factor = kronecker._clamped_factor
+    monkeypatch.setattr(kronecker, "_clamped_factor", lambda X, floor: sizes.append(len(X)) or factor(X, floor))
+    out = torch.ops.bnnbench.clamped_root_where_failed(X, floor, C, info)
+    assert sizes == [1]
+    assert torch.equal(out[[0, 1, 2, 4]], C[[0, 1, 2, 4]])
+    eager = kronecker.inv_chol_t(X, floor)      # eager: LAPACK, its own fallback for replica 3
+    assert torch.allclose(out[3] @ out[3].T, eager[3] @ eager[3].T, rtol=1e-10)
+    sizes.clear()
+    assert torch.equal(torch.ops.bnnbench.clamped_root_where_failed(X, floor, C, torch.zeros_like(info)), C)
+    assert sizes == []
+
+
 @pytest.mark.parametrize("name", ["noisy_adam", "noisy_kfac", "noisy_kfac_blktri"])
 def test_a_replicas_own_kl_weight_is_the_run_of_a_config_with_that_kl_weight(name):
     """Each replica's lambda (``Problem.hparams["kl_weight"]``, as a grid search over it gives one) makes exactly the

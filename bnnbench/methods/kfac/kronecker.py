@@ -30,14 +30,14 @@ def inv_chol_t(X: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
 
     Compiled on a CPU, for n <= ``chol_root.MAX_N``: the SIMD kernel of ``core/linalg/chol_root`` in float64 (2.4-3x
     LAPACK's float32 calls at 20-100 factors of n = 14-128, ``bench/chol_root.py``), equal to this to float rounding;
-    its failures (``info``, where float64 fails, so more rarely than float32's) take the same clamped fallback."""
+    its failures (``info``, where float64 fails, so more rarely than float32's) take the same clamped fallback, for the
+    failed replicas alone (``bnnbench::clamped_root_where_failed``)."""
     if X.shape[-1] == 1:  # a layer with one output: C = X^-1/2, clamped alike, without LAPACK
         nan = torch.full_like(X, float("nan"))
         return 1 / torch.sqrt(torch.where(X > 0, X, torch.where(torch.isfinite(X), floor[:, None, None], nan)))
     if torch.compiler.is_compiling() and X.device.type == "cpu" and X.shape[-1] <= chol_root.MAX_N:
         C, info = torch.ops.bnnbench.chol_root_simd(X)   # the SIMD kernel, in the graph (chol_root.py)
-        bad = info != 0
-        return torch.cond(bad.any(), _clamped_root, lambda X, floor, C, bad: C.clone(), (X, floor, C, bad))
+        return torch.ops.bnnbench.clamped_root_where_failed(X, floor, C, info)
     L, info = torch.linalg.cholesky_ex(X)
     bad = info != 0
     if torch.compiler.is_compiling():   # no branch on the outcome on the host: torch.cond keeps the step one graph
@@ -75,11 +75,24 @@ def _clamped_chol(X: torch.Tensor, floor: torch.Tensor, L: torch.Tensor, bad: to
     return torch.where(bad[:, None, None], _clamped_factor(X, floor), L)
 
 
-def _clamped_root(X: torch.Tensor, floor: torch.Tensor, C: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
-    """``inv_chol_t``'s compiled fallback after the SIMD kernel: where ``bad``, C = L^-T of ``_clamped_factor``'s L;
-    elsewhere the kernel's C."""
-    Cc = chol_root.root_of_factor(_clamped_factor(X, floor))
-    return torch.where(bad[:, None, None], Cc, C).contiguous()   # the strides of the branch without the fallback
+@torch.library.custom_op("bnnbench::clamped_root_where_failed", mutates_args=(), device_types="cpu")
+def _clamped_root_where_failed(X: torch.Tensor, floor: torch.Tensor, C: torch.Tensor,
+                               info: torch.Tensor) -> torch.Tensor:
+    """``inv_chol_t``'s compiled fallback after the SIMD kernel: ``C`` with each replica whose factorisation failed
+    (``info != 0``) replaced by C = L^-T of its ``_clamped_factor``, computed for those replicas alone. An operator,
+    so the compiled step stays one graph and runs it as it is: a ``torch.cond`` branch had the batch's shape and
+    eigendecomposed every replica's factors in float64 whenever one failed, as a selection round's diverging candidate
+    does at every step (the UCI board's noisy K-FAC step: 2.5-3x slower compiled than eager, bench/step_ab.py)."""
+    bad = (info != 0).nonzero()[:, 0]
+    out = C.clone()
+    if len(bad):
+        out[bad] = chol_root.root_of_factor(_clamped_factor(X[bad], floor[bad])).to(C.dtype)
+    return out
+
+
+@_clamped_root_where_failed.register_fake
+def _(X, floor, C, info):
+    return torch.empty_like(C)
 
 
 def kron_times(cA: torch.Tensor, E: torch.Tensor, cS: torch.Tensor) -> torch.Tensor:
