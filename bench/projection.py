@@ -103,7 +103,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs-root", type=Path, default=REPO / "results" / "runs")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--sources", action="store_true", help="also list the speed-up each method and protocol used")
+    ap.add_argument("--measured", action="store_true", help="only list the measured rows (the latest of each)")
     args = ap.parse_args(argv)
+    if args.measured:
+        df = read_ratios(args.ratios).drop_duplicates(["method", "protocol", "data", "R"], keep="last")
+        df = df.sort_values(["method", "protocol", "data", "R"], ascending=[True, True, True, False])
+        cols = ["method", "protocol", "data", "R", "old_ms", "new_ms", "ratio", "draws_ms", "compile_s", "when"]
+        out = df[cols].round(2)
+        print(out.to_markdown(index=False) if args.markdown else out.to_string(index=False))
+        return 0
     experiments = makefile_experiments()
     runs = phase_seconds(read_runs(args.runs_root, experiments))
     runs = runs[runs["device"] == "cpu"]

@@ -30,7 +30,9 @@ graph calls as an operator (``linalg.top_eigpair``; the eager step's LAPACK ``?s
 (``bench/step_ab.py``; 1.4x and 1.8x with LAPACK eager between the compiled parts, as at L > 1). Noisy K-FAC compiles
 as one graph, its factor roots C = L^-T by a SIMD kernel that the graph calls as an operator (``linalg.chol_root``,
 2.4-3x LAPACK's calls) and its Cholesky fallback (``inv_chol_t``: eigenvalues clamped where a factor is not numerically
-positive definite) through ``torch.cond`` instead of a branch on the host: 1.6x at R = 100, 1.75x at R = 20. The
+positive definite) as another operator that clamps the failed replicas alone (a batch-shaped ``torch.cond`` branch had
+made the UCI board's step 2.5-3x slower than eager: a diverging candidate fails at every step), ``torch.cond`` where
+LAPACK factorises (a GPU, factors above the kernel's size): 1.6x at R = 100, 1.75x at R = 20 on Boston. The
 inducing-point families compile on their MLP (``InducingFamily.compiles_with``; App. G's setting: factorised
 2.0-2.2x, global inducing 1.3-1.5x), not on their convolutional architectures (not tried). Not compilable at present:
 K-FAC (convolutional), full Gaussian VI (its compiled full-covariance step is 1.2e-5 off in float32, its mean-field
