@@ -38,6 +38,16 @@ BOSTON = "uci/boston"
 SELECTION_R, FINAL_R = 100, 20
 
 
+def markdown(df: pd.DataFrame, index: bool = True) -> str:
+    """A frame as a Markdown table (numbers right-aligned), without pandas' optional ``tabulate``."""
+    frame = df.reset_index() if index else df
+    cols = [str(c) for c in frame.columns]
+    num = [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("--:" if n else "---" for n in num) + "|"]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
 def read_ratios(path: Path) -> pd.DataFrame:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     df = pd.DataFrame(rows)
@@ -110,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         df = df.sort_values(["method", "protocol", "data", "R"], ascending=[True, True, True, False])
         cols = ["method", "protocol", "data", "R", "old_ms", "new_ms", "ratio", "draws_ms", "compile_s", "when"]
         out = df[cols].round(2)
-        print(out.to_markdown(index=False) if args.markdown else out.to_string(index=False))
+        print(markdown(out, index=False) if args.markdown else out.to_string(index=False))
         return 0
     experiments = makefile_experiments()
     runs = phase_seconds(read_runs(args.runs_root, experiments))
@@ -121,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     table = proj.groupby("experiment")[list(cols.values())].sum() / 3600
     table.loc["total"] = table.sum()
     table.columns = list(cols)
-    print(table.round(2).to_markdown() if args.markdown else table.round(2).to_string())
+    print(markdown(table.round(2)) if args.markdown else table.round(2).to_string())
     rec, new = table.loc["total", "recorded h"], table.loc["total", "projected h"]
     unmeasured = proj[proj["training_source"].str.startswith("unmeasured")]
     print(f"\n{len(proj)} CPU records of make reproduce-tables' {len(experiments)} experiments: {rec:.1f} "
@@ -135,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                     train_ratio=("training_ratio", "median")))
         src["hours"] /= 3600
         print()
-        print(src.round(2).to_markdown() if args.markdown else src.round(2).to_string())
+        print(markdown(src.round(2)) if args.markdown else src.round(2).to_string())
     return 0
 
 
