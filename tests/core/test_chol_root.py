@@ -66,8 +66,9 @@ def test_a_matrix_not_positive_definite_or_not_finite_gives_its_failing_pivot_in
 
 
 def test_the_operator_and_inv_chol_t_compiled_call_the_kernel_up_to_its_size(monkeypatch):
-    """Traced by dynamo (``fullgraph``: the kernel an operator, its fallback a ``torch.cond``), the compiled factor
-    root (``methods/kfac/kronecker.inv_chol_t``) calls the kernel for n <= MAX_N and LAPACK above."""
+    """Traced by dynamo (``fullgraph``: the kernel and its fallback operators, LAPACK's fallback a ``torch.cond``),
+    the compiled factor root (``methods/kfac/kronecker.inv_chol_t``) calls the kernel for n <= MAX_N and LAPACK
+    above."""
     from bnnbench.methods.kfac.kronecker import inv_chol_t
     calls = []
     kernel = cr.chol_root

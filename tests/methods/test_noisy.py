@@ -400,9 +400,10 @@ def test_a_factor_not_positive_definite_even_clamped_gives_nan_not_an_exception(
 @pytest.mark.slow   # a compilation
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_compiled_factor_root_takes_the_fallback_as_the_eager_one_does(dtype):
-    """Compiled (``compile=true``), ``inv_chol_t`` is one graph (``fullgraph``: its fallback through ``torch.cond``,
-    not a branch on the host) and gives the eager C: for positive definite factors, indefinite ones (eigenvalues
-    clamped at the damping floor), a non-finite one and one not positive definite even clamped (NaN both)."""
+    """Compiled (``compile=true``), ``inv_chol_t`` is one graph (``fullgraph``: its fallback an operator after the
+    SIMD kernel, not a branch on the host) and gives the eager C: for positive definite factors, indefinite ones
+    (eigenvalues clamped at the damping floor), a non-finite one and one not positive definite even clamped (NaN
+    both)."""
     from bnnbench.methods.kfac.kronecker import inv_chol_t
     g = torch.Generator().manual_seed(0)
     A = torch.randn(6, 4, 4, generator=g, dtype=torch.float64)
