@@ -1,25 +1,15 @@
 """bench/projection.py: the records' phases divided, cell by cell, by the step speed-ups measured for the cell's own
 method, protocol and data set (falling back as its docstring says), on synthetic records and ratio rows."""
 
-import importlib.util
 import json
-import sys
 
 import pytest
 
-from datapaths import REPO
+from datapaths import bench_module
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-sc = _load("suite_cost")
-pj = _load("projection")
+sc = bench_module("suite_cost")
+pj = bench_module("projection")
 
 
 def _record(root, exp, label, data, method, protocol, hpo="fixed", **times):
