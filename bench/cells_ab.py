@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,8 +49,11 @@ def run_side(tree: Path, old: bool, cells: list[list[str]], root: Path, core: st
     pin = ["taskset", "-c", core] if core is not None and shutil.which("taskset") else []
     lines = []
     for i, cell in enumerate(cells):
-        cmd = " ".join(f"'{a}'" for a in pin + side_command(tree, old, cell, root))
-        lines.append(f"{cmd} > '{root}/cell{i}.log' 2>&1 || echo 'cell {i} failed' >> '{root}/failed.txt'")
+        cmd = shlex.join(pin + side_command(tree, old, cell, root))
+        log = shlex.quote(f"{root}/cell{i}.log")
+        # the exit status covers the tables reproduce renders at the end too: the records decide what is compared
+        lines.append(f"{cmd} > {log} 2>&1 || echo 'cell {i}: reproduce exited non-zero, see cell{i}.log' "
+                     f">> {shlex.quote(str(root / 'failed.txt'))}")
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     return subprocess.Popen(["bash", "-c", "\n".join(lines)], cwd=str(tree), env=env)
 
