@@ -175,8 +175,9 @@ def child(args):
 # ---------------------------------------------------------------------------------------------------- parent side
 
 def _head() -> str:
-    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
+    """This tree's commit, ``-dirty`` with uncommitted changes (they are what was measured)."""
+    return subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=7"],
+                          capture_output=True, text=True).stdout.strip()
 
 
 def worktree(base: str) -> Path:
@@ -194,8 +195,7 @@ class Child:
     def __init__(self, tree: Path, keys, data: str):
         env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         self.p = subprocess.Popen([sys.executable, __file__, "--child", "--cases", json.dumps(keys), "--data", data],
-                                  env=env,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(tree))
+                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(tree))
         self.built = [json.loads(self.p.stdout.readline()) for _ in keys]
 
     def ms(self, i: int, n: int, what: str = "step") -> float:
