@@ -29,10 +29,9 @@ from pathlib import Path
 
 from step_ab import REPO, worktree   # bench/ is the script's folder, so it heads sys.path
 
-OLD_CLI = ("import importlib.metadata, runpy, sys; _ep = importlib.metadata.entry_points; "
-           "importlib.metadata.entry_points = lambda **kw: [] if kw.get('group') == 'bnnbench.methods' else _ep(**kw); "
-           "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in type(f).__name__.lower()]; "
-           "sys.argv[0] = 'bnnbench'; runpy.run_module('bnnbench', run_name='__main__')")
+OLD_CLI = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
+           "from step_ab import isolate_tree; isolate_tree(); import runpy; sys.argv[0] = 'bnnbench'; "
+           "runpy.run_module('bnnbench', run_name='__main__')")
 
 
 def side_command(tree: Path, old: bool, cell: list[str], root: Path) -> list[str]:

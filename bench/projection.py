@@ -71,12 +71,12 @@ def pick(ratios: pd.DataFrame, method: str, protocol: str, data: str, R: int):
     return None
 
 
-def project(runs: pd.DataFrame, ratios: pd.DataFrame, records: dict) -> pd.DataFrame:
+def project(runs: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
     """``runs`` (``phase_seconds``) with the projected seconds per phase, the speed-ups used and their sources."""
     out = runs.copy()
     sel_src, fin_src, sel_r, fin_r, compile_s = [], [], [], [], []
     for _, r in out.iterrows():
-        method, protocol = records.get((r["experiment"], r["label"], r["dataset"]), (None, None))
+        method, protocol = r["method"], r["protocol"]
         s = pick(ratios, method, protocol, r["dataset"], SELECTION_R) if method else None
         f = pick(ratios, method, protocol, r["dataset"], FINAL_R) if method else None
         sel_r.append(s[0] if s and r["selection"] > 0 else 1.0)
@@ -91,19 +91,6 @@ def project(runs: pd.DataFrame, ratios: pd.DataFrame, records: dict) -> pd.DataF
     out["compile"] = compile_s
     out["proj_total"] = (out["startup"] + out["proj_selection"] + out["proj_training"] + out["after"] + out["failed"]
                          + out["compile"])
-    return out
-
-
-def record_methods(runs_root: Path) -> dict:
-    """``(experiment, label, data set) -> (method, protocol)`` from each record."""
-    out = {}
-    for d in sorted(Path(runs_root).glob("*/*/*")):
-        for name in ("record.json", "failed.json"):
-            if (d / name).is_file():
-                rec = json.loads((d / name).read_text())
-                exp, label, data = d.relative_to(runs_root).parts
-                out[(exp, label, rec.get("dataset") or data)] = (rec.get("method"), rec.get("protocol"))
-                break
     return out
 
 
@@ -125,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     experiments = makefile_experiments()
     runs = phase_seconds(read_runs(args.runs_root, experiments))
     runs = runs[runs["device"] == "cpu"]
-    proj = project(runs, read_ratios(args.ratios), record_methods(args.runs_root))
+    proj = project(runs, read_ratios(args.ratios))
     cols = {"recorded h": "total", "selection h": "selection", "-> h": "proj_selection", "training h": "training",
             "--> h": "proj_training", "compiling h": "compile", "projected h": "proj_total"}
     table = proj.groupby("experiment")[list(cols.values())].sum() / 3600
@@ -138,9 +125,7 @@ def main(argv: list[str] | None = None) -> int:
           f"process-hours recorded, {new:.1f} projected compiled; {unmeasured['total'].sum() / 3600:.1f} h of it in "
           f"{len(unmeasured)} records of methods with no measured step (kept as recorded).")
     if args.sources:
-        src = (proj.assign(method=[record_methods(args.runs_root)[(e, lb, d)][0]
-                                   for e, lb, d in zip(proj["experiment"], proj["label"], proj["dataset"])])
-               .groupby(["experiment", "method", "selection_source", "training_source"])
+        src = (proj.groupby(["experiment", "method", "selection_source", "training_source"])
                .agg(runs=("total", "size"), hours=("total", "sum"), sel_ratio=("selection_ratio", "median"),
                     train_ratio=("training_ratio", "median")))
         src["hours"] /= 3600

@@ -149,15 +149,20 @@ class Stepper(Timed):
         self.compile_s = time.perf_counter() - t if self.compiled else 0.0
 
 
+def isolate_tree() -> None:
+    """Let this process import the ``bnnbench`` on ``PYTHONPATH`` (an old tree) as it is: no plugin methods of this
+    environment (built for this tree's interface, not the old one's), no editable-install hook (it would resolve
+    modules the old tree lacks to this tree's)."""
+    import importlib.metadata
+    entry_points = importlib.metadata.entry_points
+    importlib.metadata.entry_points = lambda **kw: [] if kw.get("group") == "bnnbench.methods" else entry_points(**kw)
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__name__.lower()]
+
+
 def child(args):
     """Build the cases, say so on stdout, then answer ``index n`` lines with the ms per step of ``n`` steps."""
-    import importlib.metadata
     import torch
-    entry_points = importlib.metadata.entry_points
-    # plugin methods installed in this environment are built for this tree's interface, not the old one's
-    importlib.metadata.entry_points = lambda **kw: [] if kw.get("group") == "bnnbench.methods" else entry_points(**kw)
-    # an editable install's hook would resolve modules the old tree lacks to this tree's
-    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__name__.lower()]
+    isolate_tree()
     torch.set_num_threads(1)
     keys = json.loads(args.cases)
     steppers = []

@@ -51,7 +51,7 @@ def test_each_phase_is_divided_by_the_most_specific_speed_up(tmp_path):
             _row("vogn", "vadam_uci", "uci/kin8nm", 100, 9.0, 1.0, base_compiled=True)]  # compiled base: ignored
     ratios.write_text("".join(json.dumps(r) + "\n" for r in rows))
     runs = sc.phase_seconds(sc.read_runs(runs_root))
-    proj = pj.project(runs, pj.read_ratios(ratios), pj.record_methods(runs_root)).set_index(["label", "dataset"])
+    proj = pj.project(runs, pj.read_ratios(ratios)).set_index(["label", "dataset"])
 
     k = proj.loc[("bbb", "uci/kin8nm")]
     assert k["proj_selection"] == pytest.approx(3600.0 / 3) and k["proj_training"] == pytest.approx(3600.0 / 2)

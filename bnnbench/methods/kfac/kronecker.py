@@ -86,7 +86,7 @@ def _clamped_root_where_failed(X: torch.Tensor, floor: torch.Tensor, C: torch.Te
     bad = (info != 0).nonzero()[:, 0]
     out = C.clone()
     if len(bad):
-        out[bad] = chol_root.root_of_factor(_clamped_factor(X[bad], floor[bad])).to(C.dtype)
+        out[bad] = chol_root.root_of_factor(_clamped_factor(X[bad], floor[bad]))
     return out
 
 
