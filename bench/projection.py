@@ -15,12 +15,16 @@ compilable: PBP, HMC, the logistic-regression methods, the MNIST and convolution
 pays its compilations: the row's cold-cache compile time once for the selection's shape and once for the final
 run's (inductor's cache makes later processes cheaper; counted in full here).
 
-What this is and is not: an estimate from the records' wall times, which carry the load each record was made under
-and the code of its day (results/README.md, Cost of the suite: right in sum for two jobs on the two cores, off cell
-by cell), scaled by step ratios measured in one window on one core. The steps are not the whole of a cell (the
-evaluations during training, the data preparation of each round are not compiled), so the speed-up of a whole cell
-is below its step's; that makes this a lower bound on the compiled suite's cost given the records. Only re-running the
-tables measures it.
+A cell that ``bench/retime.py`` re-ran with this code (``--retimed``, default ``results/speed/retime.jsonl``; its
+configuration the record's) counts with its re-run's wall time and phases instead of its record's: as measured where
+it ran compiled, else divided by the step speed-ups like a record.
+
+What this is and is not: for the other cells, an estimate from the records' wall times, which carry the load each
+record was made under and the code of its day (results/README.md, Cost of the suite: right in sum for two jobs on
+the two cores, off cell by cell), scaled by step ratios measured in one window on one core. The steps are not the
+whole of a cell (the evaluations during training, the data preparation of each round are not compiled), so the
+speed-up of a whole cell is below its step's; that makes this a lower bound on the compiled suite's cost given the
+records. Only re-running the tables measures it.
 """
 
 from __future__ import annotations
@@ -71,11 +75,44 @@ def pick(ratios: pd.DataFrame, method: str, protocol: str, data: str, R: int):
     return None
 
 
+def read_retimed(path: Path) -> pd.DataFrame:
+    """``bench/retime.py``'s rows: the latest re-run of each cell whose configuration is its record's."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    df = pd.DataFrame(rows, columns=["experiment", "label", "dataset", "wall_s", "hpo_s", "train_s", "compile",
+                                     "changed", "when"] if not rows else None)
+    if df.empty:
+        return df
+    df = df[df["changed"].map(len) == 0].sort_values("when")
+    return df.drop_duplicates(["experiment", "label", "dataset"], keep="last")
+
+
+def with_retimed(runs: pd.DataFrame, retimed: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` (``read_runs``) with each re-timed cell's wall time and phases those of its re-run, and the columns
+    ``retimed`` and ``retimed_compiled``."""
+    out = runs.copy()
+    out["retimed"] = out["retimed_compiled"] = False
+    if retimed.empty:
+        return out
+    key = ["experiment", "label", "dataset"]
+    m = out[key].merge(retimed, on=key, how="left")
+    hit = (m["wall_s"].notna() & (out["status"] == "ok")).to_numpy()
+    for col, src in (("wall", "wall_s"), ("hpo", "hpo_s"), ("train", "train_s")):
+        out.loc[hit, col] = m.loc[hit, src].astype(float).to_numpy()
+    out.loc[hit, "retimed"] = True
+    out.loc[hit, "retimed_compiled"] = m.loc[hit, "compile"].astype(bool).to_numpy()
+    return out
+
+
 def project(runs: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` (``phase_seconds``) with the projected seconds per phase, the speed-ups used and their sources."""
+    """``runs`` (``phase_seconds``) with the projected seconds per phase, the speed-ups used and their sources. A cell
+    re-run compiled (``retimed_compiled``) keeps its re-run's phases: they are measured, compilations included."""
     out = runs.copy()
     sel_src, fin_src, sel_r, fin_r, compile_s = [], [], [], [], []
     for _, r in out.iterrows():
+        if r.get("retimed_compiled", False):
+            sel_r.append(1.0), fin_r.append(1.0), compile_s.append(0.0)
+            sel_src.append("re-run compiled"), fin_src.append("re-run compiled")
+            continue
         method, protocol = r["method"], r["protocol"]
         s = pick(ratios, method, protocol, r["dataset"], SELECTION_R) if method else None
         f = pick(ratios, method, protocol, r["dataset"], FINAL_R) if method else None
@@ -98,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ratios", type=Path, default=REPO / "results" / "speed" / "step_ab.jsonl")
     ap.add_argument("--runs-root", type=Path, default=REPO / "results" / "runs")
+    ap.add_argument("--retimed", type=Path, default=REPO / "results" / "speed" / "retime.jsonl",
+                    help="bench/retime.py's re-runs, used in place of their cells' records")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--sources", action="store_true", help="also list the speed-up each method and protocol used")
     ap.add_argument("--measured", action="store_true", help="only list the measured rows (the latest of each)")
@@ -110,20 +149,31 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(out, index=False) if args.markdown else out.to_string(index=False))
         return 0
     experiments = makefile_experiments()
-    runs = phase_seconds(read_runs(args.runs_root, experiments))
+    records = read_runs(args.runs_root, experiments)
+    recorded = phase_seconds(records)["total"]
+    runs = phase_seconds(with_retimed(records, read_retimed(args.retimed)))
+    runs["recorded"] = recorded
     runs = runs[runs["device"] == "cpu"]
     proj = project(runs, read_ratios(args.ratios))
-    cols = {"recorded h": "total", "selection h": "selection", "-> h": "proj_selection", "training h": "training",
-            "--> h": "proj_training", "compiling h": "compile", "projected h": "proj_total"}
+    cols = {"recorded h": "recorded", "re-run cells": "retimed", "selection h": "selection", "-> h": "proj_selection",
+            "training h": "training", "--> h": "proj_training", "compiling h": "compile", "projected h": "proj_total"}
     table = proj.groupby("experiment")[list(cols.values())].sum() / 3600
+    table["retimed"] = proj.groupby("experiment")["retimed"].sum()
     table.loc["total"] = table.sum()
+    table["retimed"] = table["retimed"].astype(int)
     table.columns = list(cols)
     print(markdown(table.round(2)) if args.markdown else table.round(2).to_string())
     rec, new = table.loc["total", "recorded h"], table.loc["total", "projected h"]
     unmeasured = proj[proj["training_source"].str.startswith("unmeasured")]
+    kept = unmeasured["proj_total"].sum() / 3600
     print(f"\n{len(proj)} CPU records of make reproduce-tables' {len(experiments)} experiments: {rec:.1f} "
-          f"process-hours recorded, {new:.1f} projected compiled; {unmeasured['total'].sum() / 3600:.1f} h of it in "
-          f"{len(unmeasured)} records of methods with no measured step (kept as recorded).")
+          f"process-hours recorded, {new:.1f} projected compiled; {kept:.1f} h of it in {len(unmeasured)} records of "
+          "methods with no measured step (kept as recorded or re-run).")
+    re = proj[proj["retimed"]]
+    if len(re):
+        print(f"{len(re)} cells re-run by this code (bench/retime.py; {int(re['retimed_compiled'].sum())} compiled): "
+              f"{re['recorded'].sum() / 3600:.2f} h recorded, {re['total'].sum() / 3600:.2f} h re-run, "
+              f"{re['proj_total'].sum() / 3600:.2f} h projected.")
     if args.sources:
         src = (proj.groupby(["experiment", "method", "selection_source", "training_source"])
                .agg(runs=("total", "size"), hours=("total", "sum"), sel_ratio=("selection_ratio", "median"),

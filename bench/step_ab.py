@@ -55,7 +55,7 @@ CASES = [  # label, method, protocol
     ("App. G fac_gi", "fac_gi", "gi_uci"),
 ]
 REPO = Path(__file__).resolve().parent.parent
-GRID_PROTOCOLS = ("gal_uci", "leaderboard_uci")   # protocols that select by a grid (a run says hpo=grid)
+GRID_PROTOCOLS = ("gal_uci", "leaderboard_uci", "leaderboard_cls")   # select by a grid (a run says hpo=grid)
 
 
 # ----------------------------------------------------------------------------------------------------- child side

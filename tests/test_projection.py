@@ -81,3 +81,42 @@ def test_the_nearest_measured_replica_count_is_used(tmp_path):
     assert pj.pick(df, "bbb", "nng_uci", "uci/protein", 100)[0] == pytest.approx(2.5)
     assert pj.pick(df, "bbb", "nng_uci", "uci/protein", 20)[0] == pytest.approx(2.5)   # 25 is nearer to 20 than 5
     assert pj.pick(df, "vadam", "nng_uci", "uci/protein", 20) is None
+
+
+def _retimed(exp, label, data, wall, hpo, train, compile_, changed=(), when="2026-12-01 22:00"):
+    return {"experiment": exp, "label": label, "dataset": data, "wall_s": wall, "hpo_s": hpo, "train_s": train,
+            "compile": compile_, "changed": list(changed), "when": when}
+
+
+def test_a_re_run_replaces_its_record(tmp_path):
+    runs_root = tmp_path / "runs"
+    _record(runs_root, "t", "bbb", "uci/boston", "bbb", "vadam_uci", wall_time_s=1010.0, hpo_time_s=5.0,
+            train_time_s=1000.0)
+    _record(runs_root, "t", "bbb", "uci/wine", "bbb", "vadam_uci", wall_time_s=805.0, hpo_time_s=5.0,
+            train_time_s=800.0)
+    _record(runs_root, "t", "pbp", "uci/boston", "pbp", "nng_uci", wall_time_s=505.0, hpo_time_s=5.0,
+            train_time_s=500.0)
+    _record(runs_root, "t", "vadam", "uci/boston", "vadam", "vadam_uci", wall_time_s=405.0, hpo_time_s=5.0,
+            train_time_s=400.0)
+    ratios = tmp_path / "ab.jsonl"
+    ratios.write_text(json.dumps(_row("bbb", "vadam_uci", "uci/boston", 20, 8.0, 2.0, compile_s=2.0)) + "\n")
+    log = tmp_path / "retime.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in [
+        _retimed("t", "bbb", "uci/boston", 300.0, 4.0, 290.0, True, when="2026-12-01 21:00"),   # older: not used
+        _retimed("t", "bbb", "uci/boston", 120.0, 4.0, 110.0, True),                          # measured compiled
+        _retimed("t", "bbb", "uci/wine", 410.0, 5.0, 400.0, False),                           # eager: still divided
+        _retimed("t", "pbp", "uci/boston", 250.0, 5.0, 240.0, False),                         # not compilable
+        _retimed("t", "vadam", "uci/boston", 50.0, 5.0, 40.0, True, changed=["spec.epochs"]),  # not the same cell
+    ]))
+    records = sc.read_runs(runs_root)
+    runs = sc.phase_seconds(pj.with_retimed(records, pj.read_retimed(log)))
+    proj = pj.project(runs, pj.read_ratios(ratios)).set_index(["label", "dataset"])
+
+    b = proj.loc[("bbb", "uci/boston")]
+    assert b["retimed_compiled"] and b["proj_total"] == pytest.approx(120.0) and b["compile"] == 0.0
+    w = proj.loc[("bbb", "uci/wine")]   # its eager re-run's training at Boston's 4x, plus the compilation
+    assert w["retimed"] and not w["retimed_compiled"]
+    assert w["proj_training"] == pytest.approx(100.0) and w["proj_total"] == pytest.approx(5.0 + 100.0 + 5.0 + 2.0)
+    assert proj.loc[("pbp", "uci/boston"), "proj_total"] == pytest.approx(250.0)
+    v = proj.loc[("vadam", "uci/boston")]   # a re-run of another configuration is not this cell's
+    assert not v["retimed"] and v["proj_total"] == pytest.approx(405.0)

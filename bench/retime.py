@@ -1,0 +1,133 @@
+"""Committed cells re-run by this code to measure what they cost now (issue 31, section 5: the suite's cost measured,
+not projected from the records' wall times, which carry the load and the code of the day each was made).
+
+    PYTHONPATH=. python bench/retime.py --cells "slang_table1 usps/3vs5 full_ef,full_hessian" [--compile]
+        [--out /tmp/bnnbench_retime] [--core 1] [--log results/speed/retime.jsonl]
+    PYTHONPATH=. python bench/retime.py --compare-only --out /tmp/bnnbench_retime [--log ...]
+
+Each ``--cells`` item is ``<experiment> <data set> <labels>`` (labels: a comma list, or ``all``), run one after
+another as ``bnnbench reproduce <experiment> --data <data set> [--label <labels>] --runs-root <out> threads=1
+[compile=true]`` on one core (``taskset``). Then every record under ``<out>`` is paired with the committed record of
+the same cell (``results/runs/<experiment>/<label>/<data set>``) and one row per cell is appended to ``--log``: the
+recorded and the re-run's wall time and phases, whether the re-run was compiled, the commit, and the cell's metrics
+side by side (their difference in the re-run's standard errors; ``identical``: every summary metric the same to the
+last digit, as an eager re-run of a record's own configuration gives). A cell whose configuration differs from its
+record's beyond ``compile`` (``bench/cells_ab.protocol_changes``) is logged with ``changed`` and not used by
+``bench/projection.py``, which otherwise takes a re-run's times in place of its record's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cells_ab import _metric, protocol_changes   # bench/ is the script's folder, so it heads sys.path
+from step_ab import REPO
+
+RUNS = REPO / "results" / "runs"
+LOG = REPO / "results" / "speed" / "retime.jsonl"
+
+
+def cell_command(cell: list[str], root: Path, compile_: bool) -> list[str]:
+    exp, data, labels = cell
+    return [sys.executable, "-m", "bnnbench", "reproduce", exp, "--data", data,
+            *([] if labels == "all" else ["--label", labels]), "--runs-root", str(root),
+            "--out", str(root / "tables"), "--figures", str(root / "figures"), "progress=false", "threads=1",
+            *(["compile=true"] if compile_ else [])]
+
+
+def run_cells(cells: list[list[str]], root: Path, compile_: bool, core: str | None) -> int:
+    """The cells one after another on ``core``; the number that exited non-zero (each cell's log beside ``root``)."""
+    root.mkdir(parents=True, exist_ok=True)
+    pin = ["taskset", "-c", core] if core is not None and shutil.which("taskset") else []
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    failed = 0
+    for i, cell in enumerate(cells):
+        with open(root / f"cell{i}.log", "w") as log:
+            print(f"{time.strftime('%H:%M:%S')} {shlex.join(cell)}", flush=True)
+            failed += subprocess.run(pin + cell_command(cell, root, compile_), cwd=REPO, env=env, stdout=log,
+                                     stderr=subprocess.STDOUT).returncode != 0
+    return failed
+
+
+def compare(root: Path, runs: Path = RUNS) -> list[dict]:
+    """One row per record under ``root`` that has a committed counterpart in ``runs``."""
+    rows = []
+    for f in sorted(root.glob("*/*/*/record.json")):
+        rel = f.relative_to(root)
+        g = runs / rel
+        if not g.is_file():
+            continue
+        a, b = json.loads(g.read_text()), json.loads(f.read_text())
+        row = {"experiment": rel.parts[0], "label": rel.parts[1], "dataset": b.get("dataset") or rel.parts[2],
+               "recorded_s": a["wall_time_s"], "recorded_hpo_s": a.get("hpo_time_s") or 0.0,
+               "recorded_train_s": a.get("train_time_s") or 0.0, "wall_s": b["wall_time_s"],
+               "hpo_s": b.get("hpo_time_s") or 0.0, "train_s": b.get("train_time_s") or 0.0,
+               "compile": bool((b.get("config") or {}).get("compile")), "changed": protocol_changes(a, b),
+               "recorded_commit": a.get("git_commit"), "commit": b.get("git_commit"),
+               "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime(f.stat().st_mtime))}
+        metrics, identical, rel = {}, True, 0.0
+        for key in sorted(set(a.get("summary") or {}) & set(b.get("summary") or {})):
+            (ma, _), (mb, eb) = _metric(a["summary"], key), _metric(b["summary"], key)
+            if not all(isinstance(v, (int, float)) for v in (ma, mb)):
+                continue
+            identical &= ma == mb
+            rel = max(rel, abs(mb - ma) / max(abs(ma), 1e-300)) if ma != mb else rel
+            metrics[key] = [ma, mb, (mb - ma) / eb if eb else None]
+        row["metrics"], row["identical"], row["max_rel_diff"] = metrics, identical and bool(metrics), rel
+        rows.append(row)
+    return rows
+
+
+def show(rows: list[dict]) -> str:
+    lines = [f"{'experiment':<16s} {'label':<18s} {'data set':<22s} {'recorded s':>10s} {'re-run s':>9s} "
+             f"{'ratio':>6s}  compiled  metrics"]
+    for r in rows:
+        worst = max((abs(v[2]) for v in r["metrics"].values() if v[2] is not None), default=0.0)
+        how = "identical" if r["identical"] else f"max |diff| {worst:.2f} SE, {r['max_rel_diff']:.1e} relative"
+        flag = f"  [changed: {', '.join(r['changed'][:4])}]" if r["changed"] else ""
+        lines.append(f"{r['experiment']:<16s} {r['label']:<18s} {r['dataset']:<22s} {r['recorded_s']:10.1f} "
+                     f"{r['wall_s']:9.1f} {r['recorded_s'] / r['wall_s']:5.2f}x  {'yes' if r['compile'] else 'no':>8s}"
+                     f"  {how}{flag}")
+    same = [r for r in rows if not r["changed"]]
+    if same:
+        rec, new = sum(r["recorded_s"] for r in same), sum(r["wall_s"] for r in same)
+        lines.append(f"{len(same)} cells of their records' configuration: {rec:.0f} s recorded, {new:.0f} s re-run "
+                     f"({rec / new:.2f}x); {sum(r['identical'] for r in same)} with identical metrics")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cells", nargs="+", default=[], help='"<experiment> <data set> <labels|all>" items')
+    ap.add_argument("--compile", action="store_true", help="re-run with compile=true (default: as the records ran)")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/bnnbench_retime"), help="the re-runs' runs root")
+    ap.add_argument("--core", default="1", help="the core the cells run on")
+    ap.add_argument("--log", default=str(LOG), help="append one row per compared cell here ('': nowhere)")
+    ap.add_argument("--compare-only", action="store_true", help="compare what --out holds, run nothing")
+    args = ap.parse_args(argv)
+    failed = 0
+    if not args.compare_only:
+        cells = [c.split() for c in args.cells]
+        if not cells or any(len(c) != 3 for c in cells):
+            ap.error('each --cells item is "<experiment> <data set> <labels|all>"')
+        failed = run_cells(cells, args.out, args.compile, args.core)
+    rows = compare(args.out)
+    print(show(rows))
+    if rows and args.log:
+        Path(args.log).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.log, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""bench/retime.py's comparison of a re-run cell with its committed record: times, metrics side by side and whether
+the configuration is the record's (synthetic records here)."""
+
+import json
+
+import pytest
+
+from datapaths import bench_module
+
+bench_module("step_ab")
+bench_module("cells_ab")
+rt = bench_module("retime")
+
+
+def _record(root, label, wall, rmse, spec, compile_=False, ll=-1.5):
+    d = root / "exp" / label / "uci__yacht"
+    d.mkdir(parents=True)
+    (d / "record.json").write_text(json.dumps({
+        "dataset": "uci/yacht", "wall_time_s": wall, "hpo_time_s": 1.0, "train_time_s": wall - 2.0,
+        "summary": {"rmse": {"mean": rmse, "stderr": 0.1, "n": 20}, "loglik_pointwise": ll, "note": "text"},
+        "config": {"compile": compile_, "spec": spec}, "git_commit": "abc"}))
+
+
+def test_re_runs_are_paired_with_their_records(tmp_path):
+    runs, root = tmp_path / "runs", tmp_path / "re"
+    fixed = {"hpo": {"kind": "fixed"}, "method": {"lr": 0.01}}
+    _record(runs, "same", 100.0, 1.0, fixed)
+    _record(root, "same", 40.0, 1.0, fixed)                                  # eager, the same numbers
+    _record(runs, "compiled", 100.0, 1.0, fixed)
+    _record(root, "compiled", 50.0, 1.02, fixed, compile_=True, ll=-1.5)      # compiled: rounding differs
+    _record(runs, "lr", 100.0, 1.0, fixed)
+    _record(root, "lr", 10.0, 1.0, {**fixed, "method": {"lr": 0.05}})       # another experiment
+    _record(root, "new_cell", 10.0, 1.0, fixed)                               # no record to compare with
+    rows = {r["label"]: r for r in rt.compare(root, runs)}
+    assert set(rows) == {"same", "compiled", "lr"}
+    s = rows["same"]
+    assert s["identical"] and s["max_rel_diff"] == 0.0 and not s["compile"] and s["changed"] == []
+    assert (s["recorded_s"], s["wall_s"], s["train_s"]) == (100.0, 40.0, 38.0)
+    c = rows["compiled"]
+    assert not c["identical"] and c["compile"] and c["changed"] == []
+    assert c["metrics"]["rmse"] == pytest.approx([1.0, 1.02, 0.2]) and c["max_rel_diff"] == pytest.approx(0.02)
+    assert c["metrics"]["loglik_pointwise"] == [-1.5, -1.5, None] and "note" not in c["metrics"]
+    assert rows["lr"]["changed"] == ["spec.method.lr"]
+    out = rt.show(list(rows.values()))
+    assert "2 cells of their records' configuration: 200 s recorded, 90 s re-run (2.22x); 1 with identical" in out
