@@ -82,6 +82,8 @@ def read_retimed(path: Path) -> pd.DataFrame:
                                      "changed", "when"] if not rows else None)
     if df.empty:
         return df
+    if "sample" not in df:
+        df["sample"] = None
     df = df[df["changed"].map(len) == 0].sort_values("when")
     return df.drop_duplicates(["experiment", "label", "dataset"], keep="last")
 
@@ -101,6 +103,34 @@ def with_retimed(runs: pd.DataFrame, retimed: pd.DataFrame) -> pd.DataFrame:
     out.loc[hit, "retimed"] = True
     out.loc[hit, "retimed_compiled"] = m.loc[hit, "compile"].astype(bool).to_numpy()
     return out
+
+
+def sample_estimate(base: pd.DataFrame, proj: pd.DataFrame, retimed: pd.DataFrame) -> dict | None:
+    """The suite's cost with the frame's cells that were not re-run estimated from ``bench/retime.py``'s random sample
+    (its ``sample`` rows; one draw): the ratio estimator r = sum(y) / sum(x) over the n sampled cells, x a cell's
+    projection from its record (``base``), y from its re-run (``proj``), applied to the X seconds the frame's other
+    cells project to; its standard error X se(r), se(r)^2 = (1 - n / N) sum (y - r x)^2 / ((n - 1) n mean(x)^2)
+    (Cochran, Sampling Techniques, 1977, Sec. 6.3). The frame: the cells projected at most ``frame_hours`` from their
+    records, N of them when drawn. Every other cell counts as ``proj`` has it (re-run or projected)."""
+    if retimed.empty or retimed["sample"].isna().all():
+        return None
+    key = ["experiment", "label", "dataset"]
+    tags = retimed["sample"].dropna()
+    tag = tags.iloc[-1]
+    drawn = retimed[retimed["sample"].map(lambda t: t == tag)][key]
+    x = base.set_index(key)["proj_total"]
+    y = proj.set_index(key)["proj_total"].reindex(x.index)
+    idx = pd.MultiIndex.from_frame(drawn)
+    xs, ys = x.reindex(idx).to_numpy(), y.reindex(idx).to_numpy()
+    n, N = len(xs), int(tag["frame_cells"])
+    r = ys.sum() / xs.sum()
+    se_r = (((1 - n / N) * ((ys - r * xs) ** 2).sum() / ((n - 1) * n)) ** 0.5 / xs.mean()) if n > 1 else float("nan")
+    retimed_keys = pd.MultiIndex.from_frame(retimed[key])
+    rest = ~x.index.isin(retimed_keys) & (x <= tag["frame_hours"] * 3600).to_numpy()
+    X, other = float(x[rest].sum()), float(y[~rest].sum())
+    return {"n": n, "N": N, "frame_hours": tag["frame_hours"], "seed": tag["seed"], "ratio": float(r),
+            "ratio_se": float(se_r), "rest_cells": int(rest.sum()), "rest_projected_s": X,
+            "total_s": other + r * X, "total_se_s": X * se_r}
 
 
 def project(runs: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
@@ -149,12 +179,13 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(out, index=False) if args.markdown else out.to_string(index=False))
         return 0
     experiments = makefile_experiments()
-    records = read_runs(args.runs_root, experiments)
-    recorded = phase_seconds(records)["total"]
-    runs = phase_seconds(with_retimed(records, read_retimed(args.retimed)))
-    runs["recorded"] = recorded
-    runs = runs[runs["device"] == "cpu"]
-    proj = project(runs, read_ratios(args.ratios))
+    records, ratios = read_runs(args.runs_root, experiments), read_ratios(args.ratios)
+    retimed = read_retimed(args.retimed)
+    base = phase_seconds(records)
+    runs = phase_seconds(with_retimed(records, retimed))
+    runs["recorded"] = base["total"]
+    cpu = runs["device"] == "cpu"
+    proj = project(runs[cpu], ratios)
     cols = {"recorded h": "recorded", "re-run cells": "retimed", "selection h": "selection", "-> h": "proj_selection",
             "training h": "training", "--> h": "proj_training", "compiling h": "compile", "projected h": "proj_total"}
     table = proj.groupby("experiment")[list(cols.values())].sum() / 3600
@@ -174,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(re)} cells re-run by this code (bench/retime.py; {int(re['retimed_compiled'].sum())} compiled): "
               f"{re['recorded'].sum() / 3600:.2f} h recorded, {re['total'].sum() / 3600:.2f} h re-run, "
               f"{re['proj_total'].sum() / 3600:.2f} h projected.")
+    est = sample_estimate(project(base[cpu], ratios), proj, retimed)
+    if est:
+        print(f"Estimated from a random sample (seed {est['seed']}) of {est['n']} of the {est['N']} cells projected "
+              f"at most {est['frame_hours']} h from their records: re-run / projected {est['ratio']:.3f} +- "
+              f"{est['ratio_se']:.3f}, applied to the {est['rest_cells']} such cells not re-run "
+              f"({est['rest_projected_s'] / 3600:.1f} h projected): the suite {est['total_s'] / 3600:.1f} +- "
+              f"{est['total_se_s'] / 3600:.1f} process-hours compiled.")
     if args.sources:
         src = (proj.groupby(["experiment", "method", "selection_source", "training_source"])
                .agg(runs=("total", "size"), hours=("total", "sum"), sel_ratio=("selection_ratio", "median"),

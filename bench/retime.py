@@ -14,6 +14,16 @@ side by side (their difference in the re-run's standard errors; ``identical``: e
 last digit, as an eager re-run of a record's own configuration gives). A cell whose configuration differs from its
 record's beyond ``compile`` (``bench/cells_ab.protocol_changes``) is logged with ``changed`` and not used by
 ``bench/projection.py``, which otherwise takes a re-run's times in place of its record's.
+
+    PYTHONPATH=. python bench/retime.py --sample 40 --seed 1 --frame-hours 0.5 --shard 0/2 --core 0 --out /tmp/rs0
+        --compile
+
+draws a simple random sample (``--seed``) of 40 cells from the frame: the cells of ``make reproduce-tables`` with a
+CPU record, no re-run logged yet and a projected cost (``bench/projection.py``, from the record) of at most
+``--frame-hours``; runs its ``--shard`` i/k (every k-th cell from the i-th: the same draw in k processes on k cores,
+each into its own ``--out``) and logs each row with the draw (``sample``: seed, frame, frame size). From those rows
+``bench/projection.py`` estimates what the frame's cells that were not re-run cost: their projected hours times the
+ratio estimator sum(re-run) / sum(projected) of the sample, with its standard error.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 from cells_ab import _metric, protocol_changes   # bench/ is the script's folder, so it heads sys.path
 from step_ab import REPO
@@ -57,6 +69,27 @@ def run_cells(cells: list[list[str]], root: Path, compile_: bool, core: str | No
     return failed
 
 
+def draw(n: int, seed: int, frame_hours: float, log: Path | None) -> dict:
+    """A simple random sample of ``n`` cells of the frame (module docstring), with the frame's size."""
+    import projection as pj
+    from suite_cost import makefile_experiments, phase_seconds, read_runs
+    runs = phase_seconds(read_runs(RUNS, makefile_experiments()))
+    runs = runs[(runs["device"] == "cpu") & (runs["status"] == "ok")]
+    x = pj.project(runs, pj.read_ratios(pj.REPO / "results" / "speed" / "step_ab.jsonl"))
+    done = pj.read_retimed(log) if log else None
+    key = ["experiment", "label", "dataset"]
+    if done is not None and not done.empty:
+        x = x.merge(done[key].assign(_done=True), on=key, how="left")
+        x = x[x["_done"].isna()]
+    frame = x[x["proj_total"] <= frame_hours * 3600].sort_values(key).reset_index(drop=True)
+    if n > len(frame):
+        raise SystemExit(f"the frame holds {len(frame)} cells, fewer than --sample {n}")
+    pick = np.random.default_rng(seed).choice(len(frame), size=n, replace=False)
+    cells = [{k: frame.loc[i, k] for k in key} | {"proj_s": float(frame.loc[i, "proj_total"])} for i in pick]
+    return {"seed": seed, "frame_hours": frame_hours, "frame_cells": len(frame),
+            "frame_proj_s": float(frame["proj_total"].sum()), "cells": cells}
+
+
 def compare(root: Path, runs: Path = RUNS) -> list[dict]:
     """One row per record under ``root`` that has a committed counterpart in ``runs``."""
     rows = []
@@ -83,6 +116,14 @@ def compare(root: Path, runs: Path = RUNS) -> list[dict]:
             metrics[key] = [ma, mb, (mb - ma) / eb if eb else None]
         row["metrics"], row["identical"], row["max_rel_diff"] = metrics, identical and bool(metrics), rel
         rows.append(row)
+    manifest = root / "sample.json"
+    if manifest.is_file():
+        s = json.loads(manifest.read_text())
+        drawn = {(c["experiment"], c["label"], c["dataset"]) for c in s["cells"]}
+        tag = {k: s[k] for k in ("seed", "frame_hours", "frame_cells")}
+        for row in rows:
+            if (row["experiment"], row["label"], row["dataset"]) in drawn:
+                row["sample"] = tag
     return rows
 
 
@@ -112,8 +153,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--core", default="1", help="the core the cells run on")
     ap.add_argument("--log", default=str(LOG), help="append one row per compared cell here ('': nowhere)")
     ap.add_argument("--compare-only", action="store_true", help="compare what --out holds, run nothing")
+    ap.add_argument("--sample", type=int, help="draw this many cells of the frame at random instead of --cells")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--frame-hours", type=float, default=0.5)
+    ap.add_argument("--shard", default="0/1", help="i/k: run every k-th drawn cell from the i-th")
     args = ap.parse_args(argv)
     failed = 0
+    if args.sample and not args.compare_only:
+        s = draw(args.sample, args.seed, args.frame_hours, Path(args.log) if args.log else None)
+        i, k = map(int, args.shard.split("/"))
+        s["cells"] = s["cells"][i::k]
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "sample.json").write_text(json.dumps(s, indent=1))
+        args.cells = [f"{c['experiment']} {c['dataset']} {c['label']}" for c in s["cells"]]
     if not args.compare_only:
         cells = [c.split() for c in args.cells]
         if not cells or any(len(c) != 3 for c in cells):

@@ -120,3 +120,32 @@ def test_a_re_run_replaces_its_record(tmp_path):
     assert proj.loc[("pbp", "uci/boston"), "proj_total"] == pytest.approx(250.0)
     v = proj.loc[("vadam", "uci/boston")]   # a re-run of another configuration is not this cell's
     assert not v["retimed"] and v["proj_total"] == pytest.approx(405.0)
+
+
+def test_the_sample_estimates_the_cells_not_re_run(tmp_path):
+    runs_root = tmp_path / "runs"
+    walls = {"a": 100.0, "b": 200.0, "c": 300.0, "d": 400.0, "e": 1000.0, "big": 9000.0}
+    for label, wall in walls.items():
+        _record(runs_root, "t", label, "uci/boston", "pbp", "nng_uci", wall_time_s=wall, hpo_time_s=0.0,
+                train_time_s=wall)
+    tag = {"seed": 3, "frame_hours": 1.0, "frame_cells": 5}   # the frame: a..e (big projects to 2.5 h)
+    log = tmp_path / "retime.jsonl"
+    rows = [_retimed("t", "a", "uci/boston", 50.0, 0.0, 50.0, True),
+            _retimed("t", "c", "uci/boston", 90.0, 0.0, 90.0, True)]
+    rows[0]["sample"] = rows[1]["sample"] = tag
+    rows.append(_retimed("t", "e", "uci/boston", 200.0, 0.0, 200.0, True))   # re-run by hand: measured, not sampled
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    records = sc.read_runs(runs_root)
+    (tmp_path / "ab.jsonl").write_text(json.dumps(_row("bbb", "nng_uci", "uci/boston", 20, 4.0, 2.0)) + "\n")
+    ratios = pj.read_ratios(tmp_path / "ab.jsonl")   # none for PBP: each cell projects to its record
+    retimed = pj.read_retimed(log)
+    base = pj.project(sc.phase_seconds(records), ratios)
+    proj = pj.project(sc.phase_seconds(pj.with_retimed(records, retimed)), ratios)
+    est = pj.sample_estimate(base, proj, retimed)
+    r = (50.0 + 90.0) / (100.0 + 300.0)
+    assert est["n"] == 2 and est["N"] == 5 and est["ratio"] == pytest.approx(r)
+    assert est["rest_cells"] == 2 and est["rest_projected_s"] == pytest.approx(600.0)     # b and d
+    assert est["total_s"] == pytest.approx(50.0 + 90.0 + 200.0 + 9000.0 + r * 600.0)
+    d = [50.0 - r * 100.0, 90.0 - r * 300.0]
+    se_r = ((1 - 2 / 5) * (d[0] ** 2 + d[1] ** 2) / (1 * 2)) ** 0.5 / 200.0
+    assert est["ratio_se"] == pytest.approx(se_r) and est["total_se_s"] == pytest.approx(600.0 * se_r)
