@@ -15,13 +15,14 @@ last digit, as an eager re-run of a record's own configuration gives). A cell wh
 record's beyond ``compile`` (``bench/cells_ab.protocol_changes``) is logged with ``changed`` and not used by
 ``bench/projection.py``, which otherwise takes a re-run's times in place of its record's.
 
-    PYTHONPATH=. python bench/retime.py --sample 40 --seed 1 --frame-hours 0.5 --shard 0/2 --core 0 --out /tmp/rs0
-        --compile
+    PYTHONPATH=. python bench/retime.py --sample 40 --seed 1 --frame-hours 0.5 --draw /tmp/draw.json --shard 0/2
+        --core 0 --out /tmp/rs0 --compile     (and --shard 1/2 --core 1 --out /tmp/rs1, the same --draw)
 
 draws a simple random sample (``--seed``) of 40 cells from the frame: the cells of ``make reproduce-tables`` with a
 CPU record, no re-run logged yet and a projected cost (``bench/projection.py``, from the record) of at most
-``--frame-hours``; runs its ``--shard`` i/k (every k-th cell from the i-th: the same draw in k processes on k cores,
-each into its own ``--out``) and logs each row with the draw (``sample``: seed, frame, frame size). From those rows
+``--frame-hours``; runs its ``--shard`` i/k (the draw split into k parts of about equal projected cost; one draw,
+written to ``--draw`` by the first shard and read by the others, in k processes on k cores, each into its own
+``--out``) and logs each row with the draw (``sample``: seed, frame, frame size). From those rows
 ``bench/projection.py`` estimates what the frame's cells that were not re-run cost: their projected hours times the
 ratio estimator sum(re-run) / sum(projected) of the sample, with its standard error.
 """
@@ -90,6 +91,17 @@ def draw(n: int, seed: int, frame_hours: float, log: Path | None) -> dict:
             "frame_proj_s": float(frame["proj_total"].sum()), "cells": cells}
 
 
+def shard(cells: list[dict], i: int, k: int) -> list[dict]:
+    """Shard ``i`` of ``k`` of the drawn cells, balanced by their projected cost: each cell, the costliest first, goes
+    to the shard with the least so far (the same split in every shard's process)."""
+    load, parts = [0.0] * k, [[] for _ in range(k)]
+    for c in sorted(cells, key=lambda c: -c["proj_s"]):
+        j = load.index(min(load))
+        parts[j].append(c)
+        load[j] += c["proj_s"]
+    return parts[i]
+
+
 def compare(root: Path, runs: Path = RUNS) -> list[dict]:
     """One row per record under ``root`` that has a committed counterpart in ``runs``."""
     rows = []
@@ -156,13 +168,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=int, help="draw this many cells of the frame at random instead of --cells")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--frame-hours", type=float, default=0.5)
-    ap.add_argument("--shard", default="0/1", help="i/k: run every k-th drawn cell from the i-th")
+    ap.add_argument("--shard", default="0/1", help="i/k: run the i-th of k parts of the draw")
+    ap.add_argument("--draw", type=Path, help="the draw's file: written by the first shard, read by the others")
     args = ap.parse_args(argv)
     failed = 0
     if args.sample and not args.compare_only:
-        s = draw(args.sample, args.seed, args.frame_hours, Path(args.log) if args.log else None)
+        if args.draw and args.draw.is_file():   # the other shards': one draw for all of them
+            s = json.loads(args.draw.read_text())
+        else:
+            s = draw(args.sample, args.seed, args.frame_hours, Path(args.log) if args.log else None)
+            if args.draw:
+                args.draw.write_text(json.dumps(s, indent=1))
         i, k = map(int, args.shard.split("/"))
-        s["cells"] = s["cells"][i::k]
+        s["cells"] = shard(s["cells"], i, k)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "sample.json").write_text(json.dumps(s, indent=1))
         args.cells = [f"{c['experiment']} {c['dataset']} {c['label']}" for c in s["cells"]]
@@ -174,10 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = compare(args.out)
     print(show(rows))
     if rows and args.log:
-        Path(args.log).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.log, "a") as f:
+        log = Path(args.log)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        seen = {(r["experiment"], r["label"], r["dataset"], r["wall_s"])
+                for r in map(json.loads, log.read_text().splitlines() if log.is_file() else [])}
+        with open(log, "a") as f:
             for r in rows:
-                f.write(json.dumps(r) + "\n")
+                if (r["experiment"], r["label"], r["dataset"], r["wall_s"]) not in seen:   # logged before
+                    f.write(json.dumps(r) + "\n")
     return 1 if failed else 0
 
 

@@ -43,3 +43,10 @@ def test_re_runs_are_paired_with_their_records(tmp_path):
     assert rows["lr"]["changed"] == ["spec.method.lr"]
     out = rt.show(list(rows.values()))
     assert "2 cells of their records' configuration: 200 s recorded, 90 s re-run (2.22x); 1 with identical" in out
+
+
+def test_shards_split_the_draw_by_cost():
+    cells = [{"label": c, "proj_s": s} for c, s in zip("abcdef", [10.0, 50.0, 20.0, 40.0, 30.0, 5.0])]
+    parts = [rt.shard(cells, i, 2) for i in range(2)]
+    assert sorted(c["label"] for p in parts for c in p) == list("abcdef")
+    assert [sum(c["proj_s"] for c in p) for p in parts] == [80.0, 75.0]   # b c a | d e f
