@@ -126,7 +126,8 @@ def sample_estimate(base: pd.DataFrame, proj: pd.DataFrame, retimed: pd.DataFram
     r = ys.sum() / xs.sum()
     se_r = (((1 - n / N) * ((ys - r * xs) ** 2).sum() / ((n - 1) * n)) ** 0.5 / xs.mean()) if n > 1 else float("nan")
     retimed_keys = pd.MultiIndex.from_frame(retimed[key])
-    rest = ~x.index.isin(retimed_keys) & (x <= tag["frame_hours"] * 3600).to_numpy()
+    ok = (base["status"] == "ok").to_numpy()   # the frame holds no failed run: it counts as recorded
+    rest = ~x.index.isin(retimed_keys) & (x <= tag["frame_hours"] * 3600).to_numpy() & ok
     X, other = float(x[rest].sum()), float(y[~rest].sum())
     return {"n": n, "N": N, "frame_hours": tag["frame_hours"], "seed": tag["seed"], "ratio": float(r),
             "ratio_se": float(se_r), "rest_cells": int(rest.sum()), "rest_projected_s": X,

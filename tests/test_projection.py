@@ -128,6 +128,10 @@ def test_the_sample_estimates_the_cells_not_re_run(tmp_path):
     for label, wall in walls.items():
         _record(runs_root, "t", label, "uci/boston", "pbp", "nng_uci", wall_time_s=wall, hpo_time_s=0.0,
                 train_time_s=wall)
+    failed = runs_root / "t" / "f" / "uci__boston"   # a failed run: not in the frame, counted as recorded
+    failed.mkdir(parents=True)
+    (failed / "failed.json").write_text(json.dumps({"dataset": "uci/boston", "device": "cpu", "method": "pbp",
+                                                    "protocol": "nng_uci", "config": {}, "wall_time_s": 500.0}))
     tag = {"seed": 3, "frame_hours": 1.0, "frame_cells": 5}   # the frame: a..e (big projects to 2.5 h)
     log = tmp_path / "retime.jsonl"
     rows = [_retimed("t", "a", "uci/boston", 50.0, 0.0, 50.0, True),
@@ -145,7 +149,7 @@ def test_the_sample_estimates_the_cells_not_re_run(tmp_path):
     r = (50.0 + 90.0) / (100.0 + 300.0)
     assert est["n"] == 2 and est["N"] == 5 and est["ratio"] == pytest.approx(r)
     assert est["rest_cells"] == 2 and est["rest_projected_s"] == pytest.approx(600.0)     # b and d
-    assert est["total_s"] == pytest.approx(50.0 + 90.0 + 200.0 + 9000.0 + r * 600.0)
+    assert est["total_s"] == pytest.approx(50.0 + 90.0 + 200.0 + 9000.0 + 500.0 + r * 600.0)
     d = [50.0 - r * 100.0, 90.0 - r * 300.0]
     se_r = ((1 - 2 / 5) * (d[0] ** 2 + d[1] ** 2) / (1 * 2)) ** 0.5 / 200.0
     assert est["ratio_se"] == pytest.approx(se_r) and est["total_se_s"] == pytest.approx(600.0 * se_r)
