@@ -91,6 +91,12 @@ def draw(n: int, seed: int, frame_hours: float, log: Path | None) -> dict:
             "frame_proj_s": float(frame["proj_total"].sum()), "cells": cells}
 
 
+def cost_s(wall: float, hpo: float, train: float) -> float:
+    """A record's process-seconds as ``bench/suite_cost.py`` counts them: a resumed run's ``wall_time_s`` holds only
+    its last process, its selection and training times all of them."""
+    return max(wall, hpo + train)
+
+
 def shard(cells: list[dict], i: int, k: int) -> list[dict]:
     """Shard ``i`` of ``k`` of the drawn cells, balanced by their projected cost: each cell, the costliest first, goes
     to the shard with the least so far (the same split in every shard's process)."""
@@ -139,6 +145,11 @@ def compare(root: Path, runs: Path = RUNS) -> list[dict]:
     return rows
 
 
+def _costs(r: dict) -> tuple[float, float]:
+    return (cost_s(r["recorded_s"], r["recorded_hpo_s"], r["recorded_train_s"]),
+            cost_s(r["wall_s"], r["hpo_s"], r["train_s"]))
+
+
 def show(rows: list[dict]) -> str:
     lines = [f"{'experiment':<16s} {'label':<18s} {'data set':<22s} {'recorded s':>10s} {'re-run s':>9s} "
              f"{'ratio':>6s}  compiled  metrics"]
@@ -146,12 +157,13 @@ def show(rows: list[dict]) -> str:
         worst = max((abs(v[2]) for v in r["metrics"].values() if v[2] is not None), default=0.0)
         how = "identical" if r["identical"] else f"max |diff| {worst:.2f} SE, {r['max_rel_diff']:.1e} relative"
         flag = f"  [changed: {', '.join(r['changed'][:4])}]" if r["changed"] else ""
-        lines.append(f"{r['experiment']:<16s} {r['label']:<18s} {r['dataset']:<22s} {r['recorded_s']:10.1f} "
-                     f"{r['wall_s']:9.1f} {r['recorded_s'] / r['wall_s']:5.2f}x  {'yes' if r['compile'] else 'no':>8s}"
+        rec, new = _costs(r)
+        lines.append(f"{r['experiment']:<16s} {r['label']:<18s} {r['dataset']:<22s} {rec:10.1f} "
+                     f"{new:9.1f} {rec / new:5.2f}x  {'yes' if r['compile'] else 'no':>8s}"
                      f"  {how}{flag}")
     same = [r for r in rows if not r["changed"]]
     if same:
-        rec, new = sum(r["recorded_s"] for r in same), sum(r["wall_s"] for r in same)
+        rec, new = (sum(c) for c in zip(*map(_costs, same)))
         lines.append(f"{len(same)} cells of their records' configuration: {rec:.0f} s recorded, {new:.0f} s re-run "
                      f"({rec / new:.2f}x); {sum(r['identical'] for r in same)} with identical metrics")
     return "\n".join(lines)

@@ -12,11 +12,11 @@ bench_module("cells_ab")
 rt = bench_module("retime")
 
 
-def _record(root, label, wall, rmse, spec, compile_=False, ll=-1.5):
+def _record(root, label, wall, rmse, spec, compile_=False, ll=-1.5, train=None):
     d = root / "exp" / label / "uci__yacht"
     d.mkdir(parents=True)
     (d / "record.json").write_text(json.dumps({
-        "dataset": "uci/yacht", "wall_time_s": wall, "hpo_time_s": 1.0, "train_time_s": wall - 2.0,
+        "dataset": "uci/yacht", "wall_time_s": wall, "hpo_time_s": 1.0, "train_time_s": wall - 2.0 if train is None else train,
         "summary": {"rmse": {"mean": rmse, "stderr": 0.1, "n": 20}, "loglik_pointwise": ll, "note": "text"},
         "config": {"compile": compile_, "spec": spec}, "git_commit": "abc"}))
 
@@ -28,11 +28,13 @@ def test_re_runs_are_paired_with_their_records(tmp_path):
     _record(root, "same", 40.0, 1.0, fixed)                                  # eager, the same numbers
     _record(runs, "compiled", 100.0, 1.0, fixed)
     _record(root, "compiled", 50.0, 1.02, fixed, compile_=True, ll=-1.5)      # compiled: rounding differs
+    _record(runs, "resumed", 5.0, 1.0, fixed, train=30.0)   # resumed: its last process 5 s, its phases 1 + 30 s
+    _record(root, "resumed", 50.0, 1.0, fixed)
     _record(runs, "lr", 100.0, 1.0, fixed)
     _record(root, "lr", 10.0, 1.0, {**fixed, "method": {"lr": 0.05}})       # another experiment
     _record(root, "new_cell", 10.0, 1.0, fixed)                               # no record to compare with
     rows = {r["label"]: r for r in rt.compare(root, runs)}
-    assert set(rows) == {"same", "compiled", "lr"}
+    assert set(rows) == {"same", "compiled", "resumed", "lr"}
     s = rows["same"]
     assert s["identical"] and s["max_rel_diff"] == 0.0 and not s["compile"] and s["changed"] == []
     assert (s["recorded_s"], s["wall_s"], s["train_s"]) == (100.0, 40.0, 38.0)
@@ -42,7 +44,7 @@ def test_re_runs_are_paired_with_their_records(tmp_path):
     assert c["metrics"]["loglik_pointwise"] == [-1.5, -1.5, None] and "note" not in c["metrics"]
     assert rows["lr"]["changed"] == ["spec.method.lr"]
     out = rt.show(list(rows.values()))
-    assert "2 cells of their records' configuration: 200 s recorded, 90 s re-run (2.22x); 1 with identical" in out
+    assert "3 cells of their records' configuration: 231 s recorded, 140 s re-run (1.65x); 2 with identical" in out
 
 
 def test_shards_split_the_draw_by_cost():
