@@ -16,7 +16,8 @@ def _record(root, label, wall, rmse, spec, compile_=False, ll=-1.5, train=None):
     d = root / "exp" / label / "uci__yacht"
     d.mkdir(parents=True)
     (d / "record.json").write_text(json.dumps({
-        "dataset": "uci/yacht", "wall_time_s": wall, "hpo_time_s": 1.0, "train_time_s": wall - 2.0 if train is None else train,
+        "dataset": "uci/yacht", "wall_time_s": wall, "hpo_time_s": 1.0,
+        "train_time_s": wall - 2.0 if train is None else train,
         "summary": {"rmse": {"mean": rmse, "stderr": 0.1, "n": 20}, "loglik_pointwise": ll, "note": "text"},
         "config": {"compile": compile_, "spec": spec}, "git_commit": "abc"}))
 
