@@ -157,6 +157,7 @@ def show(rows: list[dict]) -> str:
         worst = max((abs(v[2]) for v in r["metrics"].values() if v[2] is not None), default=0.0)
         how = "identical" if r["identical"] else f"max |diff| {worst:.2f} SE, {r['max_rel_diff']:.1e} relative"
         flag = f"  [changed: {', '.join(r['changed'][:4])}]" if r["changed"] else ""
+        flag += f"  [drawn, seed {r['sample']['seed']}]" if r.get("sample") else ""
         rec, new = _costs(r)
         lines.append(f"{r['experiment']:<16s} {r['label']:<18s} {r['dataset']:<22s} {rec:10.1f} "
                      f"{new:9.1f} {rec / new:5.2f}x  {'yes' if r['compile'] else 'no':>8s}"
@@ -182,7 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frame-hours", type=float, default=0.5)
     ap.add_argument("--shard", default="0/1", help="i/k: run the i-th of k parts of the draw")
     ap.add_argument("--draw", type=Path, help="the draw's file: written by the first shard, read by the others")
+    ap.add_argument("--show-log", action="store_true", help="print the latest row of each cell in --log, run nothing")
     args = ap.parse_args(argv)
+    if args.show_log:
+        latest = {}
+        for r in map(json.loads, Path(args.log).read_text().splitlines()):
+            latest[(r["experiment"], r["label"], r["dataset"])] = r
+        print(show(sorted(latest.values(), key=lambda r: (r["experiment"], r["label"], r["dataset"]))))
+        return 0
     failed = 0
     if args.sample and not args.compare_only:
         if args.draw and args.draw.is_file():   # the other shards': one draw for all of them
