@@ -134,6 +134,14 @@ def sample_estimate(base: pd.DataFrame, proj: pd.DataFrame, retimed: pd.DataFram
             "total_s": other + r * X, "total_se_s": X * se_r}
 
 
+def from_records(runs_root: Path, ratios: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The records of ``make reproduce-tables``' experiments (``read_runs``) and their CPU cells projected from the
+    records alone (no re-run counted): the frame ``bench/retime.py`` draws from and ``sample_estimate``'s x."""
+    records = read_runs(runs_root, makefile_experiments())
+    base = phase_seconds(records)
+    return records, project(base[base["device"] == "cpu"], ratios)
+
+
 def project(runs: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
     """``runs`` (``phase_seconds``) with the projected seconds per phase, the speed-ups used and their sources. A cell
     re-run compiled (``retimed_compiled``) keeps its re-run's phases: they are measured, compilations included."""
@@ -180,13 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(out, index=False) if args.markdown else out.to_string(index=False))
         return 0
     experiments = makefile_experiments()
-    records, ratios = read_runs(args.runs_root, experiments), read_ratios(args.ratios)
-    retimed = read_retimed(args.retimed)
-    base = phase_seconds(records)
+    ratios, retimed = read_ratios(args.ratios), read_retimed(args.retimed)
+    records, base = from_records(args.runs_root, ratios)
     runs = phase_seconds(with_retimed(records, retimed))
-    runs["recorded"] = base["total"]
-    cpu = runs["device"] == "cpu"
-    proj = project(runs[cpu], ratios)
+    runs["recorded"] = phase_seconds(records)["total"]
+    proj = project(runs[runs["device"] == "cpu"], ratios)
     cols = {"recorded h": "recorded", "re-run cells": "retimed", "selection h": "selection", "-> h": "proj_selection",
             "training h": "training", "--> h": "proj_training", "compiling h": "compile", "projected h": "proj_total"}
     table = proj.groupby("experiment")[list(cols.values())].sum() / 3600
@@ -206,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(re)} cells re-run by this code (bench/retime.py; {int(re['retimed_compiled'].sum())} compiled): "
               f"{re['recorded'].sum() / 3600:.2f} h recorded, {re['total'].sum() / 3600:.2f} h re-run, "
               f"{re['proj_total'].sum() / 3600:.2f} h projected.")
-    est = sample_estimate(project(base[cpu], ratios), proj, retimed)
+    est = sample_estimate(base, proj, retimed)
     if est:
         print(f"Estimated from a random sample (seed {est['seed']}) of {est['n']} of the {est['N']} cells projected "
               f"at most {est['frame_hours']} h from their records: re-run / projected {est['ratio']:.3f} +- "

@@ -73,10 +73,8 @@ def run_cells(cells: list[list[str]], root: Path, compile_: bool, core: str | No
 def draw(n: int, seed: int, frame_hours: float, log: Path | None) -> dict:
     """A simple random sample of ``n`` cells of the frame (module docstring), with the frame's size."""
     import projection as pj
-    from suite_cost import makefile_experiments, phase_seconds, read_runs
-    runs = phase_seconds(read_runs(RUNS, makefile_experiments()))
-    runs = runs[(runs["device"] == "cpu") & (runs["status"] == "ok")]
-    x = pj.project(runs, pj.read_ratios(pj.REPO / "results" / "speed" / "step_ab.jsonl"))
+    _, x = pj.from_records(RUNS, pj.read_ratios(pj.REPO / "results" / "speed" / "step_ab.jsonl"))
+    x = x[x["status"] == "ok"]
     done = pj.read_retimed(log) if log else None
     key = ["experiment", "label", "dataset"]
     if done is not None and not done.empty:
