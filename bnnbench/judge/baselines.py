@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
 from bnnbench.core.files import atomic_write_json, jsonable
 from bnnbench.run.numerics import class_id, record_class
 
@@ -79,15 +81,16 @@ class Baseline:
 
     def expected_table(self, exp: str, old, keys: list[str]):
         """The committed table rows ``old`` with ``ours``, ``ours_se`` and ``verdict`` replaced by this class's where
-        its baseline was made against the same committed ``ours`` and ``ours_se``; the number of rows replaced."""
+        its baseline was made against the same committed ``ours`` and ``ours_se``; which rows were replaced (a
+        boolean Series on ``old``'s index)."""
         rows = self.tables.get(exp) or {}
-        out, n = old.copy(), 0
+        out, replaced = old.copy(), pd.Series(False, index=old.index)
         for i, r in old.iterrows():
             entry = rows.get(_key(r, keys))
             if entry and all(same(a, b) for a, b in zip(entry["recorded"], (r["ours"], r["ours_se"]))):
                 out.loc[i, ["ours", "ours_se", "verdict"]] = [entry["ours"], entry["ours_se"], entry["verdict"]]
-                n += 1
-        return out, n
+                replaced[i] = True
+        return out, replaced
 
     def add_cell(self, name: str, recorded: dict, now: dict, reason: str) -> None:
         self.cells[name] = {"record": record_sha(recorded), "summary": now.get("summary"),

@@ -67,9 +67,10 @@ def test_a_table_row_of_the_baseline_replaces_only_the_committed_numbers_it_was_
     here = _rows(("yacht", "PBP", 1.0 + 1e-12, 0.1, "reproduced"), ("boston", "PBP", 3.0, 0.2, "worse"))
     base.add_table_rows("t", committed, here, KEYS)
     assert list(base.tables["t"]) == ["yacht|PBP||test_rmse"]                          # only the row that differs
-    expected, n = base.expected_table("t", committed, KEYS)
-    assert n == 1 and expected["ours"].tolist() == [1.0 + 1e-12, 3.0] and committed["ours"].tolist() == [1.0, 3.0]
+    expected, replaced = base.expected_table("t", committed, KEYS)
+    assert replaced.tolist() == [True, False] and expected["ours"].tolist() == [1.0 + 1e-12, 3.0]
+    assert committed["ours"].tolist() == [1.0, 3.0]
     moved_since = _rows(("yacht", "PBP", 1.2, 0.1, "reproduced"), ("boston", "PBP", 3.0, 0.2, "worse"))
-    expected, n = base.expected_table("t", moved_since, KEYS)
-    assert n == 0 and expected.equals(moved_since)
-    assert base.expected_table("other", committed, KEYS)[1] == 0
+    expected, replaced = base.expected_table("t", moved_since, KEYS)
+    assert not replaced.any() and expected.equals(moved_since)
+    assert not base.expected_table("other", committed, KEYS)[1].any()
