@@ -110,6 +110,10 @@ class Method:
     # as HMC's trajectory of L leapfrog steps does (1.5x at NNG Table 4's net, bench/hmc_numpyro.py), at a few seconds
     # more of compiling
     compile_cpp_wrapper = False
+    # ``torch.compile``'s ``dynamic`` for this method's step: False (one graph per shape, static kernels) by default;
+    # None (dynamo's automatic dynamic shapes) for a full-batch step whose training set grows a row per fit in one
+    # process (HMC under active learning, NNG Table 3): it then compiles twice in all, not once per round
+    compile_dynamic: bool | None = False
     # state fields whose columns are eigenvectors, defined up to sign (SLANG's U): compared through F F^T wherever two
     # computations of one state are compared (a compiled step against the eager one)
     sign_free = ()

@@ -13,30 +13,32 @@ Measured on this 2-core CPU (``bench/compile_step.py``): the Boston step of BBB 
 one (the compile time counts in a run's wall time). Inductor keeps its compiled kernels and graphs between processes
 in ``TORCHINDUCTOR_CACHE_DIR``, here under the data cache (``<cache>/inductor``) unless set.
 
-Only methods that declare ``compilable = True`` are compiled (their compiled step is checked against the eager one),
-and only on an MLP, or on a GPU (a convolutional network's step is a few large kernels on a CPU; on a GPU its launches
+Only methods that declare ``compilable = True`` are compiled (their compiled step is checked against the eager one), and
+only on an MLP, or on a GPU (a convolutional network's step is a few large kernels on a CPU; on a GPU its launches
 weigh); for the others the setting changes nothing, and the resolved configuration records ``compile: false`` for them.
 A method whose step reads a tensor on the host between its parts compiles its pure part (``Method.compiled_step``): HMC
 compiles its proposal, the whole leapfrog trajectory of L_max steps with the accept test (``HMC.propose``; the warm-up's
-adaptation and the kept draws stay eager), 5.5x faster than eager at NNG Table 4's net; its kernels, about a dozen tiny
-ones per leapfrog step, are called from inductor's C++ wrapper on a CPU (``Method.compile_cpp_wrapper``; the same
+adaptation and the kept draws stay eager; its state contiguous and, from the first step on, inference tensors, so that a
+fit compiles it once; with automatic dynamic shapes, ``Method.compile_dynamic``, so that active learning's fits on a row
+more each round compile it once more in all), 5.5x faster than eager at NNG Table 4's net; its kernels, about a dozen
+tiny ones per leapfrog step, are called from inductor's C++ wrapper on a CPU (``Method.compile_cpp_wrapper``; the same
 kernels), which took its transition from 1.19-1.35x NumPyro's to 0.91-0.93x (``bench/hmc_numpyro.py``); its chains move
 as the eager ones to float rounding and accept alike, though in float32 its step-size adaptation, which reads alpha =
 exp(H - H'), a difference of large energies, differs by 1-4e-5 relative (tests/run/test_contract.py). SLANG compiles its
 step with the per-example gradients back-propagated in closed form (``SLANG.compiled_step``: autograd's graph would
-break at the eigensolver); at L = 1 on the CPU the Gram matrices' top eigenpairs come from a SIMD kernel that the
-graph calls as an operator (``linalg.top_eigpair``; the eager step's LAPACK ``?syevr`` loop, one matrix per call, is
-3-4x slower at R = 100), so the step is one graph: 1.9-2.0x at R = 100, 2.1-2.3x at R = 20 against 5c21305
-(``bench/step_ab.py``; 1.4x and 1.8x with LAPACK eager between the compiled parts, as at L > 1). Noisy K-FAC compiles
-as one graph, its factor roots C = L^-T by a SIMD kernel that the graph calls as an operator (``linalg.chol_root``,
-2.4-3x LAPACK's calls) and its Cholesky fallback (``inv_chol_t``: eigenvalues clamped where a factor is not numerically
+break at the eigensolver); at L = 1 on the CPU the Gram matrices' top eigenpairs come from a SIMD kernel that the graph
+calls as an operator (``linalg.top_eigpair``; the eager step's LAPACK ``?syevr`` loop, one matrix per call, is 3-4x
+slower at R = 100), so the step is one graph: 1.9-2.0x at R = 100, 2.1-2.3x at R = 20 against 5c21305
+(``bench/step_ab.py``; 1.4x and 1.8x with LAPACK eager between the compiled parts, as at L > 1). Noisy K-FAC compiles as
+one graph, its factor roots C = L^-T by a SIMD kernel that the graph calls as an operator (``linalg.chol_root``, 2.4-3x
+LAPACK's calls) and its Cholesky fallback (``inv_chol_t``: eigenvalues clamped where a factor is not numerically
 positive definite) as another operator that clamps the failed replicas alone (a batch-shaped ``torch.cond`` branch had
 made the UCI board's step 2.5-3x slower than eager: a diverging candidate fails at every step), ``torch.cond`` where
 LAPACK factorises (a GPU, factors above the kernel's size): 1.6x at R = 100, 1.75x at R = 20 on Boston. The
-inducing-point families compile on their MLP (``InducingFamily.compiles_with``; App. G's setting: factorised
-2.0-2.2x, global inducing 1.3-1.5x), not on their convolutional architectures (not tried). Not compilable at present:
-K-FAC (convolutional), full Gaussian VI (its compiled full-covariance step is 1.2e-5 off in float32, its mean-field
-step on an MLP does not compile) and PBP (not measured).
+inducing-point families compile on their MLP (``InducingFamily.compiles_with``; App. G's setting: factorised 2.0-2.2x,
+global inducing 1.3-1.5x), not on their convolutional architectures (not tried). Not compilable at present: K-FAC
+(convolutional), full Gaussian VI (its compiled full-covariance step is 1.2e-5 off in float32, its mean-field step on an
+MLP does not compile) and PBP (not measured).
 
 On a GPU (``device=cuda``) the compiled step also runs as a CUDA graph (``torch.compile(mode="reduce-overhead")``,
 inductor's CUDA-graph trees): the small networks' steps are bound by kernel launches there (an MNIST Adam step takes
@@ -56,7 +58,6 @@ kernels and says so in its log; the numbers are the compiled step's either way. 
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 import torch
@@ -117,7 +118,8 @@ def compiled_step(method: Method, device: torch.device | None = None):
     # a CPU graph's kernels called from C++ where the method asks (``Method.compile_cpp_wrapper``); under CUDA graphs
     # the wrapper runs once per capture, so it stays Python there
     options = {"cpp_wrapper": True} if mode is None and getattr(method, "compile_cpp_wrapper", False) else None
-    fn = method.compiled_step(lambda f: _owned(torch.compile(f, dynamic=False, mode=mode, options=options), mode))
+    dynamic = getattr(method, "compile_dynamic", False)
+    fn = method.compiled_step(lambda f: _owned(torch.compile(f, dynamic=dynamic, mode=mode, options=options), mode))
 
     def step(state, batch, noise, lr_scale: float = 1.0):
         if mode == "reduce-overhead":
@@ -136,6 +138,11 @@ def compiled_update(method: Method, device: torch.device | None = None):
     step = compiled_step(method, device)
 
     def update(state, batch, generator, lr_scale: float = 1.0):   # as Method.update
-        with contextlib.nullcontext() if method.needs_autograd else torch.inference_mode():
+        if method.needs_autograd:
+            return step(state, batch, method.noise(state, batch, generator), lr_scale)
+        with torch.inference_mode():
+            # the first state, made outside inference mode, as an inference tensor like every later one: a tensor's
+            # dispatch keys are guarded, so the step would otherwise compile twice
+            state = pytree.tree_map(lambda v: v.clone() if torch.is_tensor(v) and not v.is_inference() else v, state)
             return step(state, batch, method.noise(state, batch, generator), lr_scale)
     return update

@@ -131,3 +131,38 @@ def test_on_a_gpu_the_compiled_step_runs_as_cuda_graphs_each_update_a_new_graph_
         opts.clear()
         compiled.compiled_step(hmc, device)
         assert opts == [want]
+
+
+def test_hmc_compiles_its_trajectory_once_and_once_more_for_a_data_set_that_grows(monkeypatch):
+    """HMC's compiled proposal is one graph for every transition of a fit (the first state made outside inference
+    mode, theta contiguous there and a slice of the position after a transition where the noise precision is learned:
+    a tensor's dispatch keys and strides are guarded), and under active learning (a fresh fit on one row more each
+    round, NNG Table 3) one more graph, with dynamic shapes, for all the later rounds: a compilation counted by a
+    counting backend instead of inductor, the numbers the eager proposal's."""
+    from torch._dynamo.testing import CompileCounter
+    from bnnbench.core.models import MLP
+    from bnnbench.methods import METHODS, Batch, Problem
+    from bnnbench.run import compiled
+    from test_replica import method_cfg
+    counter, real = CompileCounter(), torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic=None, mode=None, options=None:
+                        real(fn, backend=counter, dynamic=dynamic))
+    torch._dynamo.reset()
+    model = MLP([3, 4, 1])
+    cfg = method_cfg("hmc", chains=2, warmup=2, leapfrog_steps=3, learn_noise=True)
+    g = torch.Generator().manual_seed(0)
+    for n in (6, 7, 8, 9):
+        method = METHODS["hmc"](cfg, model, "gaussian")
+        problem = Problem("gaussian", torch.tensor([n]), torch.ones(1, model.n_params, dtype=torch.float64),
+                          noise_prec=torch.ones(1, dtype=torch.float64), y_scale=torch.ones(1, dtype=torch.float64))
+        batch = Batch(torch.randn(1, n, 3, generator=g, dtype=torch.float64),
+                      torch.randn(1, n, generator=g, dtype=torch.float64), torch.tensor([n]))
+        state = method.init(problem, torch.Generator().manual_seed(n))
+        update = compiled.compiled_update(method)
+        eager, ours = state, state
+        for _ in range(4):
+            eager, _ = method.update(eager, batch, torch.Generator().manual_seed(1))
+            ours, _ = update(ours, batch, torch.Generator().manual_seed(1))
+        torch.testing.assert_close(ours.theta, eager.theta, rtol=1e-12, atol=1e-12)
+        assert counter.frame_count == (1 if n == 6 else 2), n
+    torch._dynamo.reset()

@@ -131,6 +131,7 @@ class HMC(Method):
     needs_autograd = False
     compilable = True  # its proposal (bench/hmc_numpyro.py: the trajectory compiled whole)
     compile_cpp_wrapper = True   # 50 leapfrog steps of [20, 20, 10] kernels: the Python wrapper's calls weigh
+    compile_dynamic = None       # NNG Table 3's ten rounds, 20 to 29 rows
 
     def __init__(self, cfg, model, likelihood: str):
         super().__init__(cfg, model, likelihood)
@@ -262,6 +263,10 @@ class HMC(Method):
         propose = compile(lambda *args: self.propose(*args, n_max=self.cfg.leapfrog_steps))
 
         def step(state, batch, noise, lr_scale=1.0):
+            # one layout at every call (the first state's theta and log tau are contiguous, a transition's slices of
+            # the [R, C, P + 1] position where the noise precision is learned): strides are guarded, so the trajectory
+            # would otherwise compile twice
+            state = state.replace(**{k: v.contiguous() for k, v in state.tensors().items()})
             return self.step(state, batch, noise, lr_scale, propose=propose)
         return step
 
