@@ -175,8 +175,8 @@ def record_moves(exp: str, cell: str, recorded: dict, now: dict, rtol: float = 0
                 continue
             if se_tol is not None:
                 se = _se(old)
-                if se is None or (n is not None and math.isfinite(n)
-                                  and abs(n - o) <= max(se_tol * se, CROSS_CLASS_ATOL)):
+                if o is not None and n is not None and (same(o, n) or math.isfinite(n) and (
+                        se is None or abs(n - o) <= max(se_tol * se, CROSS_CLASS_ATOL))):
                     continue
             elif o is not None and n is not None and same(o, n, rtol):
                 continue

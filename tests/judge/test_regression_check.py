@@ -47,6 +47,9 @@ def test_across_numerics_classes_a_number_may_move_within_its_records_standard_e
     single = _record(1.5, 0.0, splits=(1.5,))
     assert record_moves("t", "c", single, _record(9.0, 0.0, splits=(9.0,)), se_tol=5.0) == []
     assert record_moves("t", "c", single, _record(9.0, 0.0, splits=(9.0,)))[0].what == "rmse.mean"   # exact: moved
+    gone = record_moves("t", "c", single, {"summary": {}, "metrics": []}, se_tol=5.0)   # a lost metric: moved
+    assert [m.what for m in gone] == ["rmse.mean", "rmse.stderr"]
+    assert record_moves("t", "c", _record(float("nan"), 0.1), _record(float("nan"), 0.1), se_tol=5.0) == []
     z = se_moves(recorded, _record(1.5 + 0.2, 0.1 + 0.05))
     assert [w for _, w in z] == ["rmse.mean", "rmse.stderr"] and z[0][0] == pytest.approx(2.0)
     assert z[1][0] == pytest.approx(0.5) and se_moves(single, single) == []
