@@ -5,6 +5,7 @@ PY      = $(VENV)/bin/python
 BNN     = $(VENV)/bin/bnnbench
 TORCH  ?= torch==2.13.0
 RUNS   ?= results/runs
+TABLES_OUT ?= $(if $(filter results/runs results/runs/,$(RUNS)),results/tables,$(RUNS)/tables)   # tables of records elsewhere go beside them, not over the committed ones
 EXPERIMENTS ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_fig1 gi_fig2 gi_tableG uci_leaderboard uci_leaderboard_x2 uci_leaderboard_x4 cls_leaderboard
 TABLES ?= slang_table1 slang_table2 vadam_table1 nng_table1 nng_table4 nng_table3 gi_tableG slang_table3 uci_leaderboard uci_leaderboard_x2 uci_leaderboard_x4 cls_leaderboard   # MNIST's cells are GPU work (device=cuda) or, on a CPU, protocol=slang_mnist_50k
 JOBS   ?= 1
@@ -43,11 +44,11 @@ lint:  ## ruff check and the layer contract (lint-imports; both configured in py
 data:  ## fetch, verify and convert every data set (BNNBENCH_MIRROR=<dir> to copy from a mirror)
 	$(BNN) data fetch all
 
-reproduce-tables:  ## run every missing cell of the paper tables, then write results/tables/ (and the READMEs' generated counts); LAUNCHER=joblib|submitit_slurm: one job per cell
-	for e in $(EXPERIMENTS); do $(BNN) reproduce $$e progress=false $(OVERRIDES) --jobs $(JOBS) --runs-root $(RUNS) --out results/tables $(if $(strip $(LAUNCHER)),--launcher $(strip $(LAUNCHER)) $(LAUNCHER_ARGS)) || exit 1; done
+reproduce-tables:  ## run every missing cell of the paper tables, then write results/tables/ and the READMEs' generated counts (RUNS=<elsewhere>: <RUNS>/tables, the committed ones untouched); LAUNCHER=joblib|submitit_slurm: one job per cell
+	for e in $(EXPERIMENTS); do $(BNN) reproduce $$e progress=false $(OVERRIDES) --jobs $(JOBS) --runs-root $(RUNS) --out $(TABLES_OUT) $(if $(strip $(LAUNCHER)),--launcher $(strip $(LAUNCHER)) $(LAUNCHER_ARGS)) || exit 1; done
 
 tables:  ## re-render results/tables/ from the records in results/runs (no training), and the generated counts of README.md and results/README.md
-	for e in $(TABLES); do $(BNN) table $$e --runs-root $(RUNS) --out results/tables || exit 1; done
+	for e in $(TABLES); do $(BNN) table $$e --runs-root $(RUNS) --out $(TABLES_OUT) || exit 1; done
 
 report:  ## the static site of the results, from the records: results/site/index.html (no server, no network)
 	$(BNN) report

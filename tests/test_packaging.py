@@ -51,3 +51,14 @@ def test_every_docs_file_that_the_code_configs_and_reports_cite_is_in_the_reposi
     assert len(cited) >= 10
     missing = {c: str(where) for c, where in cited.items() if not (REPO / c).is_file()}
     assert not missing, missing
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
+@pytest.mark.parametrize("runs, out", [(None, "results/tables"), ("results/runs", "results/tables"),
+                                       ("/tmp/mine", "/tmp/mine/tables")])
+def test_reproduce_tables_of_another_runs_root_write_their_tables_beside_it(runs, out):
+    """`make reproduce-tables RUNS=<elsewhere>` must not overwrite the committed tables with those of other records."""
+    for target in ("reproduce-tables", "tables"):
+        cmd = ["make", "-n", "-C", str(REPO), target] + ([f"RUNS={runs}"] if runs else [])
+        text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        assert re.findall(r"--out (\S+)", text) == [out], text
