@@ -6,7 +6,7 @@ is of another class than a record, the check compares the re-run exactly against
 ``results/regression/<class id>.json``, written once by ``bnnbench regression --baseline --reason "..."`` on a machine
 of that class:
 
-    {"numerics": "<class>",
+    {"numerics": "<class>", "cpu": "<the processor model it was written on>",
      "cells": {"<experiment>/<label>/<data>": {"record": <sha of the record's numbers>, "summary": ..., "metrics": ...,
                                               "git_commit": ..., "reason": ...}},
      "tables": {"<experiment>": {"<dataset>|<method>|<setting>|<metric>":
@@ -14,7 +14,9 @@ of that class:
 
 An entry holds only while the committed numbers it was made against stand: a re-recorded cell (a deliberate change)
 changes its record's hash and its table's ``ours``, and the check then compares against the record again. The check
-stays exact: a baseline never widens a tolerance, it names the other class's numbers.
+stays exact: a baseline never widens a tolerance, it names the other class's numbers. It holds only on the processor
+model it was written on (``cpu``, bnnbench.run.numerics.cpu_model; baselines written before the field name none): one
+class's models may pick other MKL and oneDNN kernels, so another model checks across classes, as with no baseline.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Baseline:
     numerics: str
     cells: dict = field(default_factory=dict)
     tables: dict = field(default_factory=dict)
+    cpu: str | None = None
 
     @classmethod
     def load(cls, results: Path, numerics: str) -> "Baseline":
@@ -68,7 +71,11 @@ class Baseline:
         data = json.loads(path.read_text())
         if data.get("numerics") != numerics:
             raise ValueError(f"{path} holds the baseline of {data.get('numerics')!r}, not of {numerics!r}")
-        return cls(path, numerics, data.get("cells") or {}, data.get("tables") or {})
+        return cls(path, numerics, data.get("cells") or {}, data.get("tables") or {}, data.get("cpu"))
+
+    def holds_on(self, cpu: str) -> bool:
+        """Whether this baseline applies on a processor of model ``cpu``: one written on it, or on a model unknown."""
+        return self.cpu is None or self.cpu == cpu
 
     def expected_record(self, name: str, recorded: dict) -> tuple[dict, bool]:
         """The numbers a re-run of the cell ``name`` must repeat on this class: its baseline's where the record was
@@ -109,6 +116,7 @@ class Baseline:
                                        "ours_se": float(n["ours_se"]), "verdict": str(n["verdict"])}
 
     def save(self) -> Path:
-        atomic_write_json(self.path, {"numerics": self.numerics, "cells": dict(sorted(self.cells.items())),
+        atomic_write_json(self.path, {"numerics": self.numerics, **({"cpu": self.cpu} if self.cpu else {}),
+                                      "cells": dict(sorted(self.cells.items())),
                                       "tables": {e: dict(sorted(t.items())) for e, t in sorted(self.tables.items())}})
         return self.path

@@ -19,7 +19,8 @@ A leaderboard has no published numbers: its cells are checked by their records' 
 Exact within a numerics class: a seeded CPU run repeats bit for bit only on machines that round alike
 (bnnbench.run.numerics). On a machine of another class than a record, (1) and (2) compare against that class's
 committed baseline (bnnbench.judge.baselines), written once on such a machine by ``bnnbench regression --baseline
---reason "..."``, which refuses to absorb a moved number of a record made in its own class. Where this machine's
+--reason "..."``, which refuses to absorb a moved number of a record made in its own class; a baseline holds only
+on the processor model it was written on (another model of the class checks as if it had none). Where this machine's
 class has no baseline for a cell, the check cannot be exact (a change of CPU moves chaotic float32 trainings as a
 change of seed would): it compares that cell **across classes**, each summary mean and standard error within
 :data:`CROSS_CLASS_SE` of the record's standard errors and every verdict unchanged, reports the largest such move,
@@ -48,7 +49,7 @@ import pandas as pd
 
 from bnnbench.judge.baselines import Baseline, same
 from bnnbench.run.config import cell_label
-from bnnbench.run.numerics import numerics_class, record_class
+from bnnbench.run.numerics import cpu_model, numerics_class, record_class
 from bnnbench.run.results import RECORD, RunDirError, load_record, run_dir, write_record
 
 FAST_DATASETS = ("uci/boston", "uci/concrete", "uci/energy", "uci/wine", "uci/yacht")
@@ -302,8 +303,19 @@ def main(args) -> int:
         print(f"error: --{'rerecord' if rerecording else 'baseline'} needs --reason \"why the numbers move\" "
               "(it is stored with them)")
         return 2
-    numerics = numerics_class()
+    numerics, cpu = numerics_class(), cpu_model()
     base = Baseline.load(results, numerics)
+    set_aside = ""
+    if not base.holds_on(cpu):
+        set_aside = (f"{base.path} was written on another processor model of this class ({base.cpu}; this one: "
+                     f"{cpu}), whose kernels may round otherwise")
+        if baselining:
+            print(f"error: {set_aside}: nothing written. To write this model's baseline instead, move that file "
+                  "aside first")
+            return 2
+        base = Baseline(base.path, numerics)
+    if baselining and not (base.cells or base.tables):
+        base.cpu = cpu
     own_class_moves: list[str] = []
     other_class: set[str] = set()
     across_cells: dict[str, tuple[float, str]] = {}   # cell -> its largest move in SE, checked across classes
@@ -311,8 +323,9 @@ def main(args) -> int:
     baselined = 0
     listing, total_s = bool(getattr(args, "list", False)), 0.0
     if not listing:
-        print(f"numerics class: {numerics}"
-              + (f" (its baseline: {base.path}, {len(base.cells)} cell(s))" if base.cells else ""), flush=True)
+        print(f"numerics class: {numerics} ({cpu})"
+              + (f" (its baseline: {base.path}, {len(base.cells)} cell(s))" if base.cells else "")
+              + (f"\nnot used: {set_aside}" if set_aside else ""), flush=True)
     moved: list[Moved] = []
     checked_cells = checked_table = taken = found = 0
     for exp in list_names("experiment"):
@@ -469,8 +482,9 @@ def main(args) -> int:
           + ("" if checked_cells else " (no committed table has a short cell)"))
     if across_cells:
         (z, what), name = max((v, k) for k, v in across_cells.items())
-        print(f"NOT EXACT: {len(across_cells)} re-run cell(s) were recorded in another numerics class and {base.path} "
-              f"has no baseline for them: checked across classes, within {CROSS_CLASS_SE:g} of their records' "
+        print(f"NOT EXACT: {len(across_cells)} re-run cell(s) were recorded in another numerics class and "
+              + (f"{set_aside}, so it was not used" if set_aside else f"{base.path} has no baseline for them")
+              + f": checked across classes, within {CROSS_CLASS_SE:g} of their records' "
               f"standard errors and with every verdict unchanged (largest move {z:.3g} SE: {name} {what}; "
               f"{unchecked} single-run metric(s) unchecked). For an exact check on this machine's class ({numerics}),"
               f" if the moves are its float rounding (bnnbench.run.numerics): bnnbench regression --baseline "

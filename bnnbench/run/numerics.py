@@ -32,26 +32,50 @@ UNRECORDED = "unrecorded"
 """The class of a record written before records stored one (CI's machines up to 2026-11-27)."""
 
 
-def cpu_isa(cpuinfo: str | None = None) -> tuple[str, tuple[str, ...]]:
-    """The CPU's vendor and which of :data:`ISA_FLAGS` it has, read from ``/proc/cpuinfo`` (Linux; elsewhere the
-    processor's name and no flags)."""
+def _cpuinfo_fields(cpuinfo: str | None) -> dict[str, str] | None:
+    """The first processor's fields of ``/proc/cpuinfo`` (or of the text given); None where there is none."""
     if cpuinfo is None:
         path = Path("/proc/cpuinfo")
         if not path.is_file():
-            return platform.processor() or "unknown", ()
+            return None
         cpuinfo = path.read_text(errors="replace")
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_isa(cpuinfo: str | None = None) -> tuple[str, tuple[str, ...]]:
+    """The CPU's vendor and which of :data:`ISA_FLAGS` it has, read from ``/proc/cpuinfo`` (Linux; elsewhere the
+    processor's name and no flags)."""
+    fields = _cpuinfo_fields(cpuinfo)
+    if fields is None:
+        return platform.processor() or "unknown", ()
     have = set((fields.get("flags") or fields.get("Features") or "").split())
     vendor = fields.get("vendor_id") or fields.get("CPU implementer") or "unknown"
     return vendor, tuple(f for f in ISA_FLAGS if f in have)
 
 
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The processor's model as ``/proc/cpuinfo`` numbers it (x86-64: ``<vendor> family <f> model <m>``; Arm:
+    ``<implementer> part <p>``), which :func:`numerics_class` leaves out: two models with the same instruction sets
+    are one class, yet MKL and oneDNN may pick their kernels by model, so a baseline names the model it was written
+    on (bnnbench.judge.baselines)."""
+    fields = _cpuinfo_fields(cpuinfo)
+    if fields is None:
+        return platform.processor() or "unknown"
+    if "cpu family" in fields:
+        return f"{fields.get('vendor_id', 'unknown')} family {fields['cpu family']} model {fields.get('model', '?')}"
+    if "CPU part" in fields:
+        return f"{fields.get('CPU implementer', 'unknown')} part {fields['CPU part']}"
+    return fields.get("model name") or platform.processor() or "unknown"
+
+
 def numerics_class(cpuinfo: str | None = None) -> str:
     """``torch <version>; aten <capability>; <machine> <vendor>: <instruction sets>``: two machines of one class
-    repeat a seeded CPU run bit for bit (at one thread count)."""
+    are expected to repeat a seeded CPU run bit for bit (at one thread count); a baseline, which makes the check exact
+    on a class, holds only on the processor model it was written on (:func:`cpu_model`)."""
     vendor, flags = cpu_isa(cpuinfo)
     return (f"torch {torch.__version__}; aten {torch.backends.cpu.get_cpu_capability()}; "
             f"{platform.machine()} {vendor}: {' '.join(flags) or '-'}")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bnnbench.judge.baselines import Baseline, record_sha
-from bnnbench.run.numerics import UNRECORDED, class_id, cpu_isa, numerics_class, record_class
+from bnnbench.run.numerics import UNRECORDED, class_id, cpu_isa, cpu_model, numerics_class, record_class
 
 KEYS = ["dataset", "method", "setting", "metric"]
 INTEL = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu sse4_2 avx2 fma avx512f avx512_fp16 amx_tile\n\n" \
@@ -26,6 +26,23 @@ def test_the_class_names_the_wheel_the_vector_kernels_and_the_instruction_sets()
     assert len(class_id(cls)) == 12 and class_id(cls) != class_id(numerics_class(AMD))
     assert numerics_class() == numerics_class()   # this machine's, read from /proc/cpuinfo where there is one
     assert record_class({"versions": {"numerics": cls}}) == cls and record_class({"versions": {}}) == UNRECORDED
+
+
+def test_a_baseline_names_the_processor_model_it_holds_on(tmp_path):
+    """Two processor models with the same instruction sets are one class but may pick other MKL and oneDNN kernels:
+    a baseline records the model it was written on and holds on that model only (one older than the field, on
+    any)."""
+    assert cpu_model(INTEL.replace("vendor_id", "cpu family\t: 6\nmodel\t\t: 143\nvendor_id")) \
+        == "GenuineIntel family 6 model 143"
+    assert cpu_model("processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n") == "0x41 part 0xd4f"
+    assert cpu_model() == cpu_model() and cpu_model()   # this machine's
+    here = numerics_class(INTEL)
+    base = Baseline.load(tmp_path, here)
+    assert base.cpu is None and base.holds_on("GenuineIntel family 6 model 143")
+    base.cpu = "GenuineIntel family 6 model 143"
+    base.save()
+    again = Baseline.load(tmp_path, here)
+    assert again.cpu == base.cpu and again.holds_on(base.cpu) and not again.holds_on("GenuineIntel family 6 model 207")
 
 
 def _record(mean, splits, numerics=None):

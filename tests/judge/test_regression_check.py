@@ -185,9 +185,10 @@ def test_a_machine_of_another_numerics_class_is_checked_exactly_against_its_own_
     baseline of this machine's class the check compares across classes (within CROSS_CLASS_SE of the record's
     standard error: it passes, saying it is not exact and how to make it so; a number moved further fails, naming
     this machine's class); ``--baseline`` writes this class's numbers, after which the check passes exactly; a moved
-    record of this machine's own class is a regression that ``--baseline`` refuses."""
+    record of this machine's own class is a regression that ``--baseline`` refuses; a baseline written on another
+    processor model of the class is not used, nor overwritten."""
     from bnnbench.judge.regression_check import CROSS_CLASS_SE, main
-    from bnnbench.run.numerics import class_id, numerics_class
+    from bnnbench.run.numerics import class_id, cpu_model, numerics_class
     shutil.rmtree(results_copy / BASELINES, ignore_errors=True)
     path = results_copy / "runs" / "nng_table4" / "pbp" / "uci__yacht" / "record.json"
     rec = json.loads(path.read_text())
@@ -215,6 +216,18 @@ def test_a_machine_of_another_numerics_class_is_checked_exactly_against_its_own_
     assert base["cells"]["nng_table4/pbp/uci/yacht"]["summary"]["rmse"]["mean"] == true_mean
     assert main(_args(results_copy, tmp_path)) == 0
     assert "(those of this numerics class's baseline where it has them)" in capsys.readouterr().out
+    assert base["cpu"] == cpu_model()
+
+    # written on another processor model of this class: not used (checked across classes), and not overwritten
+    base_path = results_copy / BASELINES / f"{class_id(numerics_class())}.json"
+    base_path.write_text(json.dumps({**base, "cpu": "GenuineIntel family 6 model 1"}))
+    assert main(_args(results_copy, tmp_path, reuse_runs=True)) == 0
+    out = capsys.readouterr().out
+    assert "not used: " in out and "NOT EXACT: 1 re-run cell(s)" in out and "another processor model" in out
+    assert main(_args(results_copy, tmp_path, baseline=True, reuse_runs=True, reason="a test")) == 2
+    assert "nothing written" in capsys.readouterr().out
+    assert json.loads(base_path.read_text())["cpu"] == "GenuineIntel family 6 model 1"
+    base_path.write_text(json.dumps(base))
 
     rec["versions"]["numerics"] = numerics_class()
     rec["summary"]["rmse"]["mean"] = true_mean * (1 + 2e-12)
