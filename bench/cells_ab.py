@@ -2,7 +2,8 @@
 section 5: the suite's cost before and after, measured rather than projected).
 
     PYTHONPATH=. python bench/cells_ab.py --cells "uci_leaderboard uci/yacht bbb,vogn" "nng_table1 uci/yacht noisy_adam"
-        [--base 5c21305] [--out /tmp/bnnbench_cells_ab] [--cores 0,1] [--compare-only]
+        [--base 5c21305] [--base-compiled] [--fresh-inductor] [--out /tmp/bnnbench_cells_ab] [--cores 0,1]
+        [--compare-only]
 
 Each ``--cells`` item is ``<experiment> <data set> <labels>``, run as ``bnnbench reproduce <experiment> --data <data
 set> --label <labels> threads=1`` into a runs root of each side's own (``<out>/old``, ``<out>/new``). The two sides
@@ -13,6 +14,9 @@ compared: wall time old / new (the records' ``wall_time_s``: selection, training
 and the difference of each side's RMSE and test log-likelihood in standard errors of the new one. A cell whose
 protocol changed since the old commit (its configuration differs beyond ``compile``) is listed apart and not summed:
 its old and new runs are not the same experiment. Prints the table and writes ``<out>/summary.json``.
+``--base-compiled`` runs the old code with ``compile=true`` too (an A/B of two compiled codes, for a base that has the
+setting); ``--fresh-inductor`` gives each side an empty inductor cache of its own (``<out>/<side>/inductor``), so that
+both pay their compilations as a first run does.
 """
 
 from __future__ import annotations
@@ -34,26 +38,30 @@ OLD_CLI = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent
            "runpy.run_module('bnnbench', run_name='__main__')")
 
 
-def side_command(tree: Path, old: bool, cell: list[str], root: Path) -> list[str]:
+def side_command(tree: Path, old: bool, cell: list[str], root: Path, compiled: bool | None = None) -> list[str]:
     exp, data, labels = cell
     head = [sys.executable, "-c", OLD_CLI] if old else [sys.executable, "-m", "bnnbench"]
     return [*head, "reproduce", exp, "--data", data, "--label", labels, "--runs-root", str(root),
             "--out", str(root / "tables"), "--figures", str(root / "figures"), "progress=false", "threads=1",
-            *([] if old else ["compile=true"])]
+            *(["compile=true"] if (not old if compiled is None else compiled) else [])]
 
 
-def run_side(tree: Path, old: bool, cells: list[list[str]], root: Path, core: str | None) -> subprocess.Popen:
+def run_side(tree: Path, old: bool, cells: list[list[str]], root: Path, core: str | None,
+             compiled: bool | None = None, fresh_inductor: bool = False) -> subprocess.Popen:
     """One side's cells, one after another, in a child shell (each cell's log beside its runs root)."""
     root.mkdir(parents=True, exist_ok=True)
     pin = ["taskset", "-c", core] if core is not None and shutil.which("taskset") else []
     lines = []
     for i, cell in enumerate(cells):
-        cmd = shlex.join(pin + side_command(tree, old, cell, root))
+        cmd = shlex.join(pin + side_command(tree, old, cell, root, compiled))
         log = shlex.quote(f"{root}/cell{i}.log")
         # the exit status covers the tables reproduce renders at the end too: the records decide what is compared
         lines.append(f"{cmd} > {log} 2>&1 || echo 'cell {i}: reproduce exited non-zero, see cell{i}.log' "
                      f">> {shlex.quote(str(root / 'failed.txt'))}")
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if fresh_inductor:
+        shutil.rmtree(root / "inductor", ignore_errors=True)
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
     return subprocess.Popen(["bash", "-c", "\n".join(lines)], cwd=str(tree), env=env)
 
 
@@ -123,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", default="5c21305")
     ap.add_argument("--out", type=Path, default=Path("/tmp/bnnbench_cells_ab"))
     ap.add_argument("--cores", default="0,1", help="the old side's core and the new side's")
+    ap.add_argument("--base-compiled", action="store_true", help="the old code with compile=true too")
+    ap.add_argument("--fresh-inductor", action="store_true", help="each side an empty inductor cache of its own")
     ap.add_argument("--compare-only", action="store_true", help="compare what --out holds, run nothing")
     args = ap.parse_args(argv)
     if not args.compare_only:
@@ -131,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             ap.error('each --cells item is "<experiment> <data set> <labels>"')
         cores = args.cores.split(",")
         t = time.perf_counter()
-        sides = [run_side(worktree(args.base), True, cells, args.out / "old", cores[0]),
-                 run_side(REPO, False, cells, args.out / "new", cores[-1])]
+        sides = [run_side(worktree(args.base), True, cells, args.out / "old", cores[0],
+                          compiled=args.base_compiled, fresh_inductor=args.fresh_inductor),
+                 run_side(REPO, False, cells, args.out / "new", cores[-1], fresh_inductor=args.fresh_inductor)]
         for p in sides:
             p.wait()
         print(f"both sides done in {time.perf_counter() - t:.0f} s")

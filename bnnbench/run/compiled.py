@@ -13,6 +13,11 @@ Measured on this 2-core CPU (``bench/compile_step.py``): the Boston step of BBB 
 one (the compile time counts in a run's wall time). Inductor keeps its compiled kernels and graphs between processes
 in ``TORCHINDUCTOR_CACHE_DIR``, here under the data cache (``<cache>/inductor``) unless set.
 
+A graph is specialised to its inputs' strides, dispatch keys and Python numbers, so the compiled update passes the
+state row-major (``_contiguous``; noisy K-FAC's step returns its factor roots C = L^-T transposed, which had compiled
+a second graph at its second step) and, on a CPU, ``lr_scale`` as a 0-d tensor (as a float it was a constant of the
+graph, and the lr drop at half time compiled a third): one graph for a fit.
+
 Only methods that declare ``compilable = True`` are compiled (their compiled step is checked against the eager one), and
 only on an MLP, or on a GPU (a convolutional network's step is a few large kernels on a CPU; on a GPU its launches
 weigh); for the others the setting changes nothing, and the resolved configuration records ``compile: false`` for them.
@@ -67,7 +72,7 @@ from bnnbench.methods.base import Method
 from bnnbench.core.models import MLP
 from bnnbench.core.models.convnet import ConvNet
 
-# dynamo re-traces for each new shape or constant (the lr drop's lr_scale, a short last batch, float32 and float64);
+# dynamo re-traces for each new shape or constant (a short last batch, float32 and float64);
 # past this many versions of one step it would silently fall back to eager
 _CACHE_SIZE_LIMIT = 64
 
@@ -124,9 +129,24 @@ def compiled_step(method: Method, device: torch.device | None = None):
     def step(state, batch, noise, lr_scale: float = 1.0):
         if mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()
+        else:   # a 0-d tensor, not a float, which dynamo would bake in: the lr drop would compile the step again
+            lr_scale = torch.tensor(lr_scale, dtype=torch.float64)
         with torch._dynamo.config.patch(trace_autograd_ops=True):
             return fn(state, batch, noise, lr_scale)
     return step
+
+
+def _contiguous(state, inference: bool = False):
+    """``state`` with its tensors row-major (and, with ``inference``, as inference tensors): a graph is specialised to
+    its inputs' strides and dispatch keys, so a first state made otherwise, or a step that returns a transposed factor
+    (noisy K-FAC's C = L^-T), would compile a second graph."""
+    def fix(v):
+        if not torch.is_tensor(v):
+            return v
+        if inference and not v.is_inference():
+            return v.clone(memory_format=torch.contiguous_format)
+        return v.contiguous()
+    return pytree.tree_map(fix, state)
 
 
 def compiled_update(method: Method, device: torch.device | None = None):
@@ -139,10 +159,11 @@ def compiled_update(method: Method, device: torch.device | None = None):
 
     def update(state, batch, generator, lr_scale: float = 1.0):   # as Method.update
         if method.needs_autograd:
-            return step(state, batch, method.noise(state, batch, generator), lr_scale)
+            new, stats = step(_contiguous(state), batch, method.noise(state, batch, generator), lr_scale)
+            return _contiguous(new), stats
         with torch.inference_mode():
-            # the first state, made outside inference mode, as an inference tensor like every later one: a tensor's
-            # dispatch keys are guarded, so the step would otherwise compile twice
-            state = pytree.tree_map(lambda v: v.clone() if torch.is_tensor(v) and not v.is_inference() else v, state)
-            return step(state, batch, method.noise(state, batch, generator), lr_scale)
+            # the first state, made outside inference mode, as inference tensors like every later one
+            state = _contiguous(state, inference=True)
+            new, stats = step(state, batch, method.noise(state, batch, generator), lr_scale)
+            return _contiguous(new), stats
     return update

@@ -212,7 +212,8 @@ def compiled_graph_breaks(name: str, dtype: torch.dtype = torch.float32, setting
         noise = method.noise(state, batch, g)
         with torch._dynamo.config.patch(trace_autograd_ops=True):
             step = method.compiled_step(lambda f: f)   # what the setting hands to torch.compile
-            return torch._dynamo.explain(step)(state, batch, noise).graph_break_count
+            lr_scale = torch.tensor(1.0, dtype=torch.float64)   # as compiled_step passes it on a CPU
+            return torch._dynamo.explain(step)(state, batch, noise, lr_scale).graph_break_count
 
 
 def _check_predict(method, state, g) -> str | None:

@@ -166,3 +166,35 @@ def test_hmc_compiles_its_trajectory_once_and_once_more_for_a_data_set_that_grow
         torch.testing.assert_close(ours.theta, eager.theta, rtol=1e-12, atol=1e-12)
         assert counter.frame_count == (1 if n == 6 else 2), n
     torch._dynamo.reset()
+
+
+def test_noisy_kfac_compiles_its_step_once_for_a_fit_through_the_lr_drop(monkeypatch):
+    """One graph for a whole fit: noisy K-FAC's step returns its factor roots C = L^-T transposed (a tensor's strides
+    are guarded: its second step had compiled a second graph) and the lr drop at half time changes ``lr_scale`` (a
+    float is a constant of the graph: a third); the compiled update passes the state row-major and ``lr_scale`` as a
+    0-d tensor. Counted by a counting backend instead of inductor; the numbers the eager update's."""
+    from torch._dynamo.testing import CompileCounter
+    from bnnbench.core.models import MLP
+    from bnnbench.methods import METHODS, Batch
+    from bnnbench.run import compiled
+    from bnnbench.run.contract import _problem
+    from test_replica import method_cfg
+    counter, real = CompileCounter(), torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic=None, mode=None, options=None:
+                        real(fn, backend=counter, dynamic=dynamic))
+    torch._dynamo.reset()
+    model = MLP([3, 4, 1])
+    method = METHODS["noisy_kfac"](method_cfg("noisy_kfac", train_samples=2), model, "gaussian")
+    g = torch.Generator().manual_seed(0)
+    state = method.init(_problem("gaussian", model, g, torch.float64), g)
+    batch = Batch(torch.randn(3, 5, 3, generator=g, dtype=torch.float64),
+                  torch.randn(3, 5, generator=g, dtype=torch.float64), state.n_data)
+    update = compiled.compiled_update(method)
+    eager, ours = state, state
+    for i, lr_scale in enumerate((1.0, 1.0, 1.0, 0.1, 0.1)):
+        eager, _ = method.update(eager, batch, torch.Generator().manual_seed(i), lr_scale)
+        ours, _ = update(ours, batch, torch.Generator().manual_seed(i), lr_scale)
+    torch.testing.assert_close(ours.mean, eager.mean, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(ours.layers[0].cA, eager.layers[0].cA, rtol=1e-10, atol=1e-12)
+    assert counter.frame_count == 1
+    torch._dynamo.reset()

@@ -109,6 +109,15 @@ def kron_times(cA: torch.Tensor, E: torch.Tensor, cS: torch.Tensor) -> torch.Ten
     return X.reshape(R, a2, S, b2).transpose(1, 2)
 
 
+def ema_gram(X: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta, n) -> torch.Tensor:
+    """The moving average (1 - beta) X + (beta / n) a^T b of a factor, ``a [R, B, p]``, ``b [R, B, q]``: one fused
+    GEMM (``baddbmm``) for a float ``beta``; for a 0-d tensor, as the compiled step gets its lr-scaled step sizes
+    (bnnbench.run.compiled), the same sum in tensor arithmetic, since ``baddbmm`` takes its scalars as numbers only."""
+    if torch.is_tensor(beta):
+        return (1 - beta) * X + (beta / n) * torch.bmm(a.transpose(1, 2), b)
+    return torch.baddbmm(X, a.transpose(1, 2), b, beta=1 - beta, alpha=beta / n)
+
+
 def homogeneous_rows(a: torch.Tensor):
     """A layer's inputs ``a [R, S, B, d_in]`` with the homogeneous 1 appended, one row per (sample, row): ``(a1 [R, S B,
     d_in + 1], R, B, shared)``; where the samples share the inputs (the first layer: stride 0 over S), one sample's
@@ -148,7 +157,7 @@ class Kronecker(Node):
         return (A + torch.diag_embed(floor_A[:, None].expand(-1, A.shape[-1])),
                 S + torch.diag_embed(floor_S[:, None].expand(-1, S.shape[-1])), floor_A, floor_S)
 
-    def averaged(self, homog, d_s: torch.Tensor, n_samples: int, n_ex: int, beta: float):
+    def averaged(self, homog, d_s: torch.Tensor, n_samples: int, n_ex: int, beta):
         """The moving averages (1 - beta) X + beta E[x x^T] of the factors, one fused GEMM each: A = E_{b,t}[a a^T] over
         examples and positions, S = E_b[sum_t ds_t ds_t^T] (KFC's Omega / |T| and |T| Gamma: F ~ A (x) S for a
         convolution too; a convolution's B rows are its examples x positions, Grosse & Martens 2016), from the
@@ -157,8 +166,8 @@ class Kronecker(Node):
         ``with_inverse`` refresh it (every T_stats and T_inv steps), and the rows ``(a1, shared, d)``."""
         a1, R, B, shared = homog
         d = d_s.reshape(R, n_samples * B, -1)
-        A = torch.baddbmm(self.A, a1.transpose(1, 2), a1, beta=1 - beta, alpha=beta / (B if shared else n_samples * B))
-        S = torch.baddbmm(self.S, d.transpose(1, 2), d, beta=1 - beta, alpha=beta / (n_samples * n_ex))
+        A = ema_gram(self.A, a1, a1, beta, B if shared else n_samples * B)
+        S = ema_gram(self.S, d, d, beta, n_samples * n_ex)
         return dataclasses.replace(self, A=A, S=S), (a1, shared, d)
 
     def roots(self, gamma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

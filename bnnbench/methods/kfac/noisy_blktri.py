@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import torch
 
 from bnnbench.core.linalg.low_rank import eigh
-from bnnbench.methods.kfac.kronecker import Kronecker, kron_times
+from bnnbench.methods.kfac.kronecker import Kronecker, ema_gram, kron_times
 from bnnbench.methods.kfac.noisy import KFACState, NoisyKFAC, NoisyKFACConfig
 from bnnbench.methods.state import Node, state_class
 
@@ -141,8 +141,7 @@ class NoisyKFACBlkTri(NoisyKFAC):
             n_rows = n_ex if a_shared and next_shared else n_samples * n_ex
             old = state.cross[l]
             cross.append(Kronecker(
-                A=torch.baddbmm(old.A, a.transpose(1, 2), a_next, beta=1 - beta, alpha=beta / n_rows),
-                S=torch.baddbmm(old.S, d.transpose(1, 2), d_next, beta=1 - beta, alpha=beta / (n_samples * n_ex))))
+                A=ema_gram(old.A, a, a_next, beta, n_rows), S=ema_gram(old.S, d, d_next, beta, n_samples * n_ex)))
         return {"cross": tuple(cross)}
 
     def _factorise(self, state, gamma: torch.Tensor) -> tuple[ChainLink, ...]:
