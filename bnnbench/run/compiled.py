@@ -129,11 +129,17 @@ def compiled_step(method: Method, device: torch.device | None = None):
     def step(state, batch, noise, lr_scale: float = 1.0):
         if mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()
-        else:   # a 0-d tensor, not a float, which dynamo would bake in: the lr drop would compile the step again
-            lr_scale = torch.tensor(lr_scale, dtype=torch.float64)
+        else:
+            lr_scale = graph_lr_scale(lr_scale)
         with torch._dynamo.config.patch(trace_autograd_ops=True):
             return fn(state, batch, noise, lr_scale)
     return step
+
+
+def graph_lr_scale(lr_scale: float) -> torch.Tensor:
+    """``lr_scale`` as a CPU graph takes it: a 0-d tensor, not a float, which dynamo would bake in (the lr drop would
+    compile the step again)."""
+    return torch.tensor(lr_scale, dtype=torch.float64)
 
 
 def _contiguous(state, inference: bool = False):
@@ -159,11 +165,9 @@ def compiled_update(method: Method, device: torch.device | None = None):
 
     def update(state, batch, generator, lr_scale: float = 1.0):   # as Method.update
         if method.needs_autograd:
-            new, stats = step(_contiguous(state), batch, method.noise(state, batch, generator), lr_scale)
-            return _contiguous(new), stats
+            return step(_contiguous(state), batch, method.noise(state, batch, generator), lr_scale)
         with torch.inference_mode():
             # the first state, made outside inference mode, as inference tensors like every later one
             state = _contiguous(state, inference=True)
-            new, stats = step(state, batch, method.noise(state, batch, generator), lr_scale)
-            return _contiguous(new), stats
+            return step(state, batch, method.noise(state, batch, generator), lr_scale)
     return update

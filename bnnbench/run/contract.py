@@ -204,6 +204,7 @@ def compiled_graph_breaks(name: str, dtype: torch.dtype = torch.float32, setting
     and splits the compiled kernels (a ``functools.cached_property`` read in ``MLP.layers`` once made BBB's compiled
     step 1.4-5x slower), so a method meant to compile whole is checked for none (tests/run/test_contract.py)."""
     import torch._dynamo
+    from bnnbench.run.compiled import graph_lr_scale
     g = torch.Generator().manual_seed(0)
     method, state, batch = _tiny_step(method_class(name), dtype, settings, g)
     if method is None:
@@ -212,8 +213,7 @@ def compiled_graph_breaks(name: str, dtype: torch.dtype = torch.float32, setting
         noise = method.noise(state, batch, g)
         with torch._dynamo.config.patch(trace_autograd_ops=True):
             step = method.compiled_step(lambda f: f)   # what the setting hands to torch.compile
-            lr_scale = torch.tensor(1.0, dtype=torch.float64)   # as compiled_step passes it on a CPU
-            return torch._dynamo.explain(step)(state, batch, noise, lr_scale).graph_break_count
+            return torch._dynamo.explain(step)(state, batch, noise, graph_lr_scale(1.0)).graph_break_count
 
 
 def _check_predict(method, state, g) -> str | None:
