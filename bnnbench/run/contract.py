@@ -52,12 +52,12 @@ def _typed(state) -> str | None:
         f"the state is a {type(state).__name__}: declare a methods.State subclass with @state_class")
 
 
-def _problem(likelihood: str, model: MLP, g: torch.Generator, dtype=DT, hparams: Mapping = ()) -> Problem:
+def _problem(likelihood: str, model: MLP, g: torch.Generator, dtype=DT, hparams: Mapping = (), R: int = R) -> Problem:
     """A tiny problem of R replicas with their own precisions and, for each per-replica hyper-parameter the method
     declares (``Method.replica_hparams``: name -> its range), R values drawn from that range."""
     prior = (torch.rand(R, 1, generator=g, dtype=dtype) + 0.5).expand(R, model.n_params).clone()
     gauss = likelihood == "gaussian"
-    return Problem(likelihood, n_data=torch.tensor([40, 37, 40]), prior_prec=prior,
+    return Problem(likelihood, n_data=torch.tensor([40, 37, 40] * R)[:R], prior_prec=prior,
                    noise_prec=torch.rand(R, generator=g, dtype=dtype) + 0.5 if gauss else None,
                    y_scale=torch.rand(R, generator=g, dtype=dtype) + 0.5 if gauss else None,
                    hparams={k: lo + (hi - lo) * torch.rand(R, generator=g, dtype=dtype)
@@ -134,18 +134,20 @@ def check_method(name: str, steps: int = 3) -> list[tuple[str, str | None]]:
 COMPILED_RTOL = {torch.float32: 1e-5, torch.float64: 1e-12}
 
 
-def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings: dict | None = None) -> str | None:
+def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings: dict | None = None, R: int = R,
+                   rows: int = 5, sizes: tuple = (4, 6, 1)) -> str | None:
     """None where ``name``'s compiled step (the ``compile`` setting: ``bnnbench.run.compiled``) equals its eager step
     to float rounding (``COMPILED_RTOL`` of each new state tensor's largest entry, a ``sign_free`` factor F through
     F F^T; integer tensors exactly) from the same state, minibatch and draws, at each of ``steps`` steps on the
-    4-6-1 problem of ``check_method``, with the method's default settings updated by ``settings``; else why. Also
-    None for a method that is not ``compilable`` (the setting leaves its step eager) or is solved."""
+    4-6-1 problem of ``check_method`` (or an MLP of other ``sizes``; ``R`` replicas, minibatches of ``rows``), with the
+    method's default settings updated by ``settings``; else why. Also None for a method that is not ``compilable``
+    (the setting leaves its step eager) or is solved."""
     from bnnbench.run.compiled import compiled_step, compiles
     cls = method_class(name)
     if cls.solved or not compiles(cls, True):
         return None
     g = torch.Generator().manual_seed(0)
-    method, state, batch = _tiny_step(cls, dtype, settings, g)
+    method, state, batch = _tiny_step(cls, dtype, settings, g, R, rows, sizes)
     if method is None:
         return "no tiny regression or classification problem to compare on"
     step, rtol = compiled_step(method), COMPILED_RTOL[dtype]
@@ -179,20 +181,21 @@ def check_compiled(name: str, dtype: torch.dtype = DT, steps: int = 3, settings:
     return None
 
 
-def _tiny_step(cls, dtype, settings, g):
-    """``cls`` with its default settings updated by ``settings``, its initial state and a minibatch of the 4-6-1
-    problem of ``check_method`` (regression, else classification); (None, None, None) where it takes neither."""
-    model = MLP([4, 6, 1])
+def _tiny_step(cls, dtype, settings, g, R: int = R, rows: int = 5, sizes: tuple = (4, 6, 1)):
+    """``cls`` with its default settings updated by ``settings``, its initial state and a minibatch of ``rows`` of the
+    4-6-1 problem of ``check_method`` (an MLP of ``sizes``; regression, else classification) for ``R`` replicas;
+    (None, None, None) where it takes neither."""
+    model = MLP(list(sizes))
     for lik in ("gaussian", "bernoulli"):
         try:
             method = cls(OmegaConf.merge(OmegaConf.structured(cls.Config), settings or {}), model, lik)
-            state = method.init(_problem(lik, model, g, dtype, cls.replica_hparams), g)
+            state = method.init(_problem(lik, model, g, dtype, cls.replica_hparams, R), g)
             break
         except (ValueError, NotImplementedError):
             continue
     else:
         return None, None, None
-    x = torch.randn(R, 5 if not method.full_batch else int(state.n_data.max()), 4, generator=g, dtype=dtype)
+    x = torch.randn(R, rows if not method.full_batch else int(state.n_data.max()), sizes[0], generator=g, dtype=dtype)
     y = (torch.randn(R, x.shape[1], generator=g, dtype=dtype) if lik == "gaussian"
          else (torch.rand(R, x.shape[1], generator=g) < 0.5).to(dtype))
     return method, state, Batch(x, y, state.n_data)

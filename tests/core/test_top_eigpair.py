@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bnnbench.core.linalg import top_eigpair
-from bnnbench.core.linalg.low_rank import SIMD_MAX_N, top_eigh
+from bnnbench.core.linalg.low_rank import SIMD_MAX_N, SIMD_MAX_N_LANES, top_eigh
 
 DT = torch.float64
 
@@ -36,6 +36,7 @@ def _zero_first(A):
 
 CASES = {
     "gram 41 (SLANG L = 1 at UCI scale)": _gram(19, 41),
+    "gram 129 (SLANG L = 1 on the boards)": _gram(9, 129, P=200),
     "gram of rank 6": _gram(8, 20, rank=6),
     "zero first row and column": _zero_first(_gram(9, 17)),
     "indefinite": _symmetric(13, 12),
@@ -109,14 +110,20 @@ def test_top_eigh_simd_agrees_with_lapack_and_rejects_unknown_kernels():
 
 
 def test_top_eigh_simd_leaves_matrices_above_its_size_to_lapack(monkeypatch):
-    """Above SIMD_MAX_N the kernel is slower than ?syevr (bench/top_eigpair.py); SLANG's MNIST step has n = 801."""
+    """Above SIMD_MAX_N the kernel is slower than ?syevr (bench/top_eigpair.py) unless 8 or more matrices fill its
+    lanes, and above SIMD_MAX_N_LANES in any case; SLANG's MNIST step has n = 801."""
     calls = []
     kernel = top_eigpair.top_eigpair
     monkeypatch.setattr(top_eigpair, "top_eigpair", lambda A: calls.append(tuple(A.shape)) or kernel(A))
     top_eigh(_gram(2, SIMD_MAX_N + 1).float(), 1, kernel="simd")
+    top_eigh(_gram(7, SIMD_MAX_N_LANES).float(), 1, kernel="simd")
+    top_eigh(_gram(8, SIMD_MAX_N_LANES + 1, P=200).float(), 1, kernel="simd")
     assert calls == []
     top_eigh(_gram(2, SIMD_MAX_N).float(), 1, kernel="simd")
-    assert calls == [(2, SIMD_MAX_N, SIMD_MAX_N)]
+    top_eigh(_gram(8, SIMD_MAX_N_LANES, P=200).float(), 1, kernel="simd")
+    n = SIMD_MAX_N_LANES
+    top_eigh(_gram(8, n, P=200).reshape(2, 4, n, n).float(), 1, kernel="simd")   # 8 matrices in two batch axes
+    assert calls == [(2, SIMD_MAX_N, SIMD_MAX_N), (8, n, n), (2, 4, n, n)]
 
 
 def test_without_a_compiler_top_eigh_warns_and_uses_lapack(no_c_compiler):

@@ -207,6 +207,21 @@ def test_a_compiled_step_equals_the_eager_step(name, settings, dtype):
     assert check_compiled(name, dtype, settings=settings) is None
 
 
+@pytest.mark.slow   # two compilations, about 30 s in a fresh inductor cache
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_slangs_compiled_step_on_the_boards_gram_matrices(dtype, monkeypatch):
+    """The boards' SLANG step (minibatch 32, 4 samples: 129 x 129 Gram matrices; 301 parameters, more than 129, so not
+    the dense route) on 8 replicas, whose eigenpairs the
+    compiled step takes from the SIMD kernel (``low_rank.SIMD_MAX_N_LANES``), equals the eager step (LAPACK's
+    ``?syevr``) to float rounding."""
+    from bnnbench.core.linalg import top_eigpair
+    calls = []
+    kernel = top_eigpair.top_eigpair
+    monkeypatch.setattr(top_eigpair, "top_eigpair", lambda A: calls.append(tuple(A.shape)) or kernel(A))
+    assert check_compiled("slang", dtype, settings={"train_samples": 4}, R=8, rows=32, sizes=(4, 50, 1)) is None
+    assert calls and set(calls) == {(8, 129, 129)}
+
+
 # compiled in parts by design: an eager eigensolver (LAPACK) between the compiled parts, or HMC's proposal alone.
 # SLANG's L = 1 step traces whole: its eigensolver is an operator (bnnbench::top_eigh_simd)
 COMPILED_IN_PARTS = {"noisy_kfac_blktri", "hmc"}

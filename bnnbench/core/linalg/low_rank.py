@@ -46,7 +46,8 @@ def _scipy_lapack():
     return lapack, ThreadpoolController()   # after scipy's BLAS is loaded, so that it controls it
 
 
-SIMD_MAX_N = 64   # up to which top_eigh's kernel="simd" beats ?syevr (its docstring)
+SIMD_MAX_N = 64          # up to which top_eigh's kernel="simd" beats ?syevr for any number of matrices (its docstring)
+SIMD_MAX_N_LANES = 144   # up to which it beats ?syevr where the matrices fill its 8 lanes (8 or more of them)
 
 
 def top_eigh(A: torch.Tensor, k: int, kernel: str = "lapack") -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,14 +62,17 @@ def top_eigh(A: torch.Tensor, k: int, kernel: str = "lapack") -> tuple[torch.Ten
     100 matrices n = 41: 0.69x, 3.3x, 3.0x; n = 64: 0.68x, 3.0x, 1.9x; n = 81: 0.34x, 1.7x, 2.2x; n = 161: 0.16x,
     0.86x, 0.87x): it is used for n <= ``SIMD_MAX_N``, LAPACK above (SLANG's MNIST step: one 801 x 801 matrix). For
     fewer than 8 matrices of n <= 64 it loses at most about 0.1 ms, less than the graph break that LAPACK's loop costs
-    a compiled step."""
+    a compiled step. Where 8 or more matrices fill its lanes it is used up to ``SIMD_MAX_N_LANES``: the boards' and
+    a1a's 129 x 129 Gram matrices (1 + 32 x 4 and 1 + 128 rows), on the AMD EPYC of 2026-12-02 (same command, n = 129,
+    161, 193, 257 for 100 / 8 / 4 matrices: 2.37x / 1.44x / 0.77x, 1.22x / 1.26x / 0.66x, 1.18x / 1.50x / 0.76x,
+    1.10x / 1.56x / 0.66x; the host of the earlier grid had 0.86x at n = 161)."""
     n = A.shape[-1]
     if A.device.type != "cpu" or k >= n or A.dtype not in (torch.float32, torch.float64):
         e, V = eigh(A)
         return e.flip(-1)[..., :k], V.flip(-1)[..., :k]
     if kernel not in ("lapack", "simd"):
         raise ValueError(f"unknown kernel {kernel!r}; valid: lapack, simd")
-    if kernel == "simd" and k == 1 and n <= SIMD_MAX_N:
+    if kernel == "simd" and k == 1 and (n <= SIMD_MAX_N or (n <= SIMD_MAX_N_LANES and A[..., 0, 0].numel() >= 8)):
         return torch.ops.bnnbench.top_eigh_simd(A)
     return _lapack_top_eigh(A, k)
 

@@ -6,8 +6,8 @@ SLANG's step (L = 1) needs the top eigenpair of one (1 + S M) x (1 + S M) Gram m
 scale. LAPACK's ``?syevr`` (``low_rank.top_eigh``) takes one matrix per call, about 50 us for 41 x 41 on this CPU: at
 100 replicas, half of SLANG's compiled step. This kernel runs the same 100 matrices 3-4x faster and in float64
 throughout (``?syevr`` runs in the input's float32). The compiled SLANG step uses it (``top_eigh(..., kernel="simd")``,
-an operator that dynamo traces through) for matrices up to 64 x 64, where it wins; the eager step, and so every
-record, keeps LAPACK.
+an operator that dynamo traces through) where it wins: matrices up to 64 x 64, and up to 144 x 144 where 8 or more
+fill its lanes (``low_rank.top_eigh``); the eager step, and so every record, keeps LAPACK.
 
 The kernel is built at first use with the system's C compiler (``c_kernels``). Where it cannot be built, ``top_eigh``
 says so once (a warning) and uses LAPACK.

@@ -122,9 +122,9 @@ class SLANG(Method):
     def compiled_step(self, compile):
         """``step`` compiled, its per-example gradients back-propagated in closed form (``per_example.backprop`` of
         the likelihood's ``grad_f``) instead of by autograd. The Gram matrices' eigensolver on the CPU: for L = 1
-        and matrices up to 64 x 64 (the small UCI sets') the SIMD kernel of ``linalg.top_eigpair``, an operator
-        inside the graph (the eager step's LAPACK eigenpairs to float rounding); else LAPACK, eagerly between the
-        compiled parts (``top_eigh``)."""
+        and matrices up to 64 x 64 (the small UCI sets'), or up to 144 x 144 for 8 or more replicas (the boards'
+        129 x 129), the SIMD kernel of ``linalg.top_eigpair``, an operator inside the graph (the eager step's LAPACK
+        eigenpairs to float rounding); else LAPACK, eagerly between the compiled parts (``top_eigh``)."""
         return compile(lambda state, batch, noise, lr_scale=1.0: self.step(state, batch, noise, lr_scale,
                                                                           closed_form=True))
 
