@@ -72,7 +72,7 @@ def top_eigh(A: torch.Tensor, k: int, kernel: str = "lapack") -> tuple[torch.Ten
         return e.flip(-1)[..., :k], V.flip(-1)[..., :k]
     if kernel not in ("lapack", "simd"):
         raise ValueError(f"unknown kernel {kernel!r}; valid: lapack, simd")
-    if kernel == "simd" and k == 1 and (n <= SIMD_MAX_N or (n <= SIMD_MAX_N_LANES and A[..., 0, 0].numel() >= 8)):
+    if kernel == "simd" and k == 1 and (n <= SIMD_MAX_N or (n <= SIMD_MAX_N_LANES and math.prod(A.shape[:-2]) >= 8)):
         return torch.ops.bnnbench.top_eigh_simd(A)
     return _lapack_top_eigh(A, k)
 
