@@ -115,13 +115,13 @@ def test_top_eigh_simd_leaves_matrices_above_its_size_to_lapack(monkeypatch):
     calls = []
     kernel = top_eigpair.top_eigpair
     monkeypatch.setattr(top_eigpair, "top_eigpair", lambda A: calls.append(tuple(A.shape)) or kernel(A))
+    n = SIMD_MAX_N_LANES
     top_eigh(_gram(2, SIMD_MAX_N + 1).float(), 1, kernel="simd")
-    top_eigh(_gram(7, SIMD_MAX_N_LANES).float(), 1, kernel="simd")
-    top_eigh(_gram(8, SIMD_MAX_N_LANES + 1, P=200).float(), 1, kernel="simd")
+    top_eigh(_gram(7, n).float(), 1, kernel="simd")
+    top_eigh(_gram(8, n + 1, P=200).float(), 1, kernel="simd")
     assert calls == []
     top_eigh(_gram(2, SIMD_MAX_N).float(), 1, kernel="simd")
-    top_eigh(_gram(8, SIMD_MAX_N_LANES, P=200).float(), 1, kernel="simd")
-    n = SIMD_MAX_N_LANES
+    top_eigh(_gram(8, n, P=200).float(), 1, kernel="simd")
     top_eigh(_gram(8, n, P=200).reshape(2, 4, n, n).float(), 1, kernel="simd")   # 8 matrices in two batch axes
     assert calls == [(2, SIMD_MAX_N, SIMD_MAX_N), (8, n, n), (2, 4, n, n)]
 

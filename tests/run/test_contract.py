@@ -211,9 +211,8 @@ def test_a_compiled_step_equals_the_eager_step(name, settings, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 def test_slangs_compiled_step_on_the_boards_gram_matrices(dtype, monkeypatch):
     """The boards' SLANG step (minibatch 32, 4 samples: 129 x 129 Gram matrices; 301 parameters, more than 129, so not
-    the dense route) on 8 replicas, whose eigenpairs the
-    compiled step takes from the SIMD kernel (``low_rank.SIMD_MAX_N_LANES``), equals the eager step (LAPACK's
-    ``?syevr``) to float rounding."""
+    the dense route) on 8 replicas, whose eigenpairs the compiled step takes from the SIMD kernel
+    (``low_rank.SIMD_MAX_N_LANES``), equals the eager step (LAPACK's ``?syevr``) to float rounding."""
     from bnnbench.core.linalg import top_eigpair
     calls = []
     kernel = top_eigpair.top_eigpair
