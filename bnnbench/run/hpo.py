@@ -128,10 +128,9 @@ def matern52_lml(theta: np.ndarray, X: np.ndarray, y: np.ndarray, alpha: float,
     with k(r) = (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r), r the scaled distance. Computed by the same numpy, scipy
     and LAPACK calls, in the same order, as scikit-learn's ``GaussianProcessRegressor.log_marginal_likelihood`` with
     ``Matern(nu=2.5)`` (read in 1.9; tests/run/test_hpo.py compares the bits with the installed version's), so the
-    same bits; what it leaves out is the kernel object's parameter machinery
-    and scipy's argument checks, most of sklearn's time for the BO's GPs of at most 30 points. ``(-inf, 0)`` where K
-    is not positive definite, as sklearn. ``sq_diff``: ``(X_i - X_j)^2 [n, n, d]``, the same for every theta of a
-    fit (``sq_diffs``)."""
+    same bits; what it leaves out is the kernel object's parameter machinery and scipy's argument checks, most of
+    sklearn's time for the BO's GPs of at most 30 points. ``(-inf, 0)`` where K is not positive definite, as sklearn.
+    ``sq_diff``: ``(X_i - X_j)^2 [n, n, d]``, the same for every theta of a fit (``sq_diffs``)."""
     length_scale = np.exp(theta)
     K = _pdist_euclidean(X / length_scale) * math.sqrt(5)
     K = (1.0 + K + K**2 / 3.0) * np.exp(-K)
