@@ -177,15 +177,23 @@ def _matern_gpr():
 
     class MaternGPR(GaussianProcessRegressor):
         def log_marginal_likelihood(self, theta=None, eval_gradient=False, clone_kernel=True):
-            k = getattr(self, "kernel_", None)
-            if (eval_gradient and not clone_kernel and theta is not None and type(k) is Matern and k.nu == 2.5
-                    and k.anisotropic and not k.hyperparameter_length_scale.fixed and np.ndim(self.alpha) == 0
-                    and not self.normalize_y and self.y_train_.ndim == 1 and self.X_train_.dtype == np.float64):
-                if getattr(self, "_sq_diff_of", None) is not self.X_train_:
-                    self._sq_diff_of, self._sq_diff = self.X_train_, sq_diffs(self.X_train_)
-                return matern52_lml(np.asarray(theta, dtype=float), self.X_train_, self.y_train_, self.alpha,
-                                    self._sq_diff)
+            if eval_gradient and not clone_kernel and theta is not None and np.ndim(self.alpha) == 0:
+                sq_diff = self._sq_diff()
+                if sq_diff is not None:
+                    return matern52_lml(np.asarray(theta, dtype=float), self.X_train_, self.y_train_, self.alpha,
+                                        sq_diff)
             return super().log_marginal_likelihood(theta, eval_gradient, clone_kernel)
+
+        def _sq_diff(self):
+            """``sq_diffs`` of this fit's inputs where ``matern52_lml`` applies to the fit, else None: decided and
+            computed once per fit, not at each of its L-BFGS-B evaluations."""
+            if getattr(self, "_sq_diff_of", None) is not self.X_train_:
+                k = getattr(self, "kernel_", None)
+                applies = (type(k) is Matern and k.nu == 2.5 and k.anisotropic
+                           and not k.hyperparameter_length_scale.fixed and not self.normalize_y
+                           and self.y_train_.ndim == 1 and self.X_train_.dtype == np.float64)
+                self._sq_diff_of, self._sq_diff_value = self.X_train_, sq_diffs(self.X_train_) if applies else None
+            return self._sq_diff_value
 
     return MaternGPR
 
