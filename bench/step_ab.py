@@ -22,6 +22,12 @@ The compilation is done before the clock starts (it is reported once: it counts 
     PYTHONPATH=. taskset -c 0 python bench/step_ab.py [--base 5c21305] [--methods bbb,vogn] [--replicas 100,20]
         [--rounds 7] [--eager] [--base-compiled] [--data uci/kin8nm] [--protocol vadam_uci]
 
+``--methods pbp`` times PBP (under ``nng_uci``), ``--methods noisy_kfac_blktri`` NNG Table 4's BlkTri (``nng_small``,
+``--replicas 10``: its trials) and ``--methods map,deep_ensemble,swag,laplace,laplace_ll,vprop`` the boards' other
+compilable methods (under ``leaderboard_uci``); they are not in the default set. BlkTri, deep ensembles, SWAG and the
+Laplace methods do not exist at 5c21305: time them against this code's eager step (``--base HEAD``): the ratio is
+then what compiling saves against today's eager step, not against the code that made their records.
+
 ``--data`` runs every case on another data set at its protocol's settings for it (SLANG's selection on kin8nm, power
 and naval: minibatch 100, 2 samples and the authors' Nystrom eigensolver), ``--protocol`` under another protocol (BBB
 as Vadam Table 1 or NNG Table 1 select it).
@@ -53,6 +59,17 @@ CASES = [  # label, method, protocol
     ("App. G gi", "gi", "gi_uci"),
     ("App. G li", "li", "gi_uci"),
     ("App. G fac_gi", "fac_gi", "gi_uci"),
+]
+EXTRA_CASES = [  # timed only when --methods names them: PBP (NNG Tables 1, 3, 4), the boards' other compilable methods
+    # (BlkTri, deep ensembles, SWAG and the Laplace methods came after 5c21305: --base HEAD, this code's eager step)
+    ("PBP", "pbp", "nng_uci"),
+    ("NNG-BlkTri", "noisy_kfac_blktri", "nng_small"),
+    ("MAP", "map", "leaderboard_uci"),
+    ("deep ensemble", "deep_ensemble", "leaderboard_uci"),
+    ("SWAG", "swag", "leaderboard_uci"),
+    ("Laplace", "laplace", "leaderboard_uci"),
+    ("last-layer Laplace", "laplace_ll", "leaderboard_uci"),
+    ("Vprop", "vprop", "leaderboard_uci"),
 ]
 REPO = Path(__file__).resolve().parent.parent
 GRID_PROTOCOLS = ("gal_uci", "leaderboard_uci", "leaderboard_cls")   # select by a grid (a run says hpo=grid)
@@ -237,7 +254,8 @@ def main():
     if args.child:
         return child(args)
     chosen = set(args.methods.split(",")) if args.methods else None
-    cases = [(label, name, args.protocol or proto, int(R)) for label, name, proto in CASES
+    pool = CASES + [c for c in EXTRA_CASES if chosen is not None and c[1] in chosen]
+    cases = [(label, name, args.protocol or proto, int(R)) for label, name, proto in pool
              if chosen is None or name in chosen for R in args.replicas.split(",")]
     base_tree = worktree(args.base)
     sides = {"old": Child(base_tree, [(n, p, R, args.base_compiled) for _, n, p, R in cases], args.data),

@@ -41,9 +41,11 @@ positive definite) as another operator that clamps the failed replicas alone (a 
 made the UCI board's step 2.5-3x slower than eager: a diverging candidate fails at every step), ``torch.cond`` where
 LAPACK factorises (a GPU, factors above the kernel's size): 1.6x at R = 100, 1.75x at R = 20 on Boston. The
 inducing-point families compile on their MLP (``InducingFamily.compiles_with``; App. G's setting: factorised 2.0-2.2x,
-global inducing 1.3-1.5x), not on their convolutional architectures (not tried). Not compilable at present: K-FAC
-(convolutional), full Gaussian VI (its compiled full-covariance step is 1.2e-5 off in float32, its mean-field step on an
-MLP does not compile) and PBP (not measured).
+global inducing 1.3-1.5x), not on their convolutional architectures (not tried). PBP compiles each point's ADF update
+(``PBP.adf_point``, its gradients by ``torch.func.grad``), a few dozen tiny kernels on ``[R, P]`` that eagerly are bound
+by their dispatch; the loop over a minibatch's points and the prior's EP sweep stay eager: 4.5x at NNG Table 1's
+kin8nm setting (``bench/step_ab.py --methods pbp``). Not compilable at present: K-FAC (convolutional) and full Gaussian
+VI (its compiled full-covariance step is 1.2e-5 off in float32, its mean-field step on an MLP does not compile).
 
 On a GPU (``device=cuda``) the compiled step also runs as a CUDA graph (``torch.compile(mode="reduce-overhead")``,
 inductor's CUDA-graph trees): the small networks' steps are bound by kernel launches there (an MNIST Adam step takes

@@ -81,6 +81,40 @@ def test_swag_moments_are_those_of_the_collected_iterates():
                                atol=float(5 * cov.diagonal(dim1=1, dim2=2).max().sqrt() / S ** 0.5), rtol=0)
 
 
+@pytest.mark.slow   # one compilation, about 10-30 s in a fresh inductor cache
+def test_swags_compiled_step_collects_as_the_eager_one():
+    """``compile=true`` (``SWAG.compiled_step``: the Adam step and the moments compiled, the deviations written eagerly
+    at the steps where some replica collects): through steps where no replica, one or both collect (training sets
+    of 6 and 9 rows, minibatches of 4), every state entry equals the eager step's to 1e-12 relative, and a step where
+    none collects hands the deviations on unchanged."""
+    from bnnbench.run.compiled import compiled_step
+    model, R, B = MLP([2, 3, 1]), 2, 4
+    swag = SWAG({"lr": 0.05, "rank": 3, "start_epoch": 1}, model, "gaussian")
+    problem = _problem(R, model.n_params)
+    problem = Problem("gaussian", torch.tensor([6, 9]), problem.prior_prec, noise_prec=problem.noise_prec,
+                      y_scale=problem.y_scale)
+    state = swag.init(problem, torch.Generator().manual_seed(0))
+    step = compiled_step(swag)
+    kinds = set()
+    for t in range(1, 16):
+        batch = _batch(R, B, 2, seed=t)
+        batch = Batch(batch.x, batch.y, problem.n_data)
+        eager, _ = swag.step(state, batch, None)
+        comp, _ = step(state, batch, None)
+        collected = (eager.n_swa > state.n_swa).tolist()
+        kinds.add(tuple(collected))
+        if not any(collected):
+            assert comp.dev is state.dev and eager.dev is state.dev
+        comp = comp.tensors()
+        for key, v in eager.tensors().items():
+            if v.is_floating_point():
+                assert float((comp[key] - v).abs().max() / v.abs().max().clamp_min(1e-300)) <= 1e-12, key
+            else:
+                assert torch.equal(comp[key], v), key
+        state = eager
+    assert kinds == {(False, False), (True, False), (False, True), (True, True)}
+
+
 def test_swag_predicts_its_iterate_before_collecting():
     model = MLP([2, 3, 1])
     swag = SWAG({"start_epoch": 50}, model, "gaussian")

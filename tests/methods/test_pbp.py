@@ -177,3 +177,32 @@ def test_a_float32_run_gives_pbp_float64_data_and_state():
                                     [{"prior_prec": 1.0, "noise_prec": 1.0}], opts)
     state = method.init(problem, torch.Generator().manual_seed(0))
     assert data.x_train.dtype == DT and state.mean.dtype == DT and state.noise_a.dtype == DT
+
+
+@pytest.mark.slow   # one compilation, about 20-60 s in a fresh inductor cache
+def test_the_compiled_step_equals_the_eager_one_across_the_ends_of_passes():
+    """``compile=true`` (``PBP.compiled_step``: each point's ADF update compiled) through minibatches that run past
+    some replicas' data (their rows skipped) and end their passes (the prior refined for those replicas): every
+    state entry and the objective equal the eager step's to 1e-12 relative, at every step. Relative to the entry's
+    largest value, except the sites' natural means: ``site_mnat = m / v - cav_mnat`` is a difference of natural means
+    of order |m / v| that is near 0 here (the prior's mean is 0), so its rounding is relative to max |m / v|."""
+    from bnnbench.run.compiled import compiled_step
+    g = torch.Generator().manual_seed(3)
+    model = MLP([3, 5, 1])
+    method = _method(model)
+    state = method.init(_problem(model, [7, 5, 9]), g)
+    step = compiled_step(method)
+    for _ in range(7):   # B = 4: the epoch is 12 rows, so passes end at steps 2 and 3 and the rows after n are skipped
+        batch = Batch(torch.randn(3, 4, 3, generator=g, dtype=DT), torch.randn(3, 4, generator=g, dtype=DT),
+                      state.n_data)
+        eager, e_stats = method.step(state, batch, None)
+        comp, c_stats = step(state, batch, None)
+        comp = comp.tensors()
+        for key, v in eager.tensors().items():
+            if v.is_floating_point():
+                scale = (eager.mean / eager.var).abs().max() if key == "site_mnat" else v.abs().max()
+                assert float((comp[key] - v).abs().max() / scale.clamp_min(1e-300)) <= 1e-12, key
+            else:
+                assert torch.equal(comp[key], v), key
+        assert torch.allclose(c_stats["objective"], e_stats["objective"], rtol=1e-12, atol=0)
+        state = eager

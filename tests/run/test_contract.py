@@ -221,9 +221,11 @@ def test_slangs_compiled_step_on_the_boards_gram_matrices(dtype, monkeypatch):
     assert calls and set(calls) == {(8, 129, 129)}
 
 
-# compiled in parts by design: an eager eigensolver (LAPACK) between the compiled parts, or HMC's proposal alone.
-# SLANG's L = 1 step traces whole: its eigensolver is an operator (bnnbench::top_eigh_simd)
-COMPILED_IN_PARTS = {"noisy_kfac_blktri", "hmc"}
+# compiled in parts by design: an eager eigensolver (LAPACK) between the compiled parts, HMC's proposal alone,
+# PBP's per-point ADF update (the loop over the points and the prior's EP sweep eager), or SWAG's step without its
+# deviations' update (once an epoch). SLANG's L = 1 step traces whole: its eigensolver is an operator
+# (bnnbench::top_eigh_simd)
+COMPILED_IN_PARTS = {"noisy_kfac_blktri", "hmc", "pbp", "swag"}
 
 
 @pytest.mark.slow   # dynamo traces each step: 0.2-2.5 s a method
@@ -269,13 +271,14 @@ def test_the_compilable_methods_are_the_measured_ones():
     Vadam, SGD, and the MAP-based baselines of the leaderboard: deep ensembles, SWAG, Laplace), for HMC, whose
     proposal compiles whole (bench/hmc_numpyro.py), for SLANG, compiled around its eigensolver (bench/step_ab.py:
     1.4-1.8x), for noisy K-FAC and its block-tridiagonal variant (1.1-1.3x), and for the inducing-point families on
-    their MLP (1.5-2.5x; ``compiles_with``: not on their convolutional architectures); K-FAC (the convolutional
-    networks' optimiser) is not."""
+    their MLP (1.5-2.5x; ``compiles_with``: not on their convolutional architectures), and for PBP's per-point ADF
+    update (bench/step_ab.py); K-FAC (the convolutional networks' optimiser) is not."""
     assert {n for n in BUILT_IN if METHODS[n].compilable} == {"bbb", "vogn", "vadam", "vprop", "vadam_matlab",
                                                              "noisy_adam", "map", "sgd", "mc_dropout", "hmc",
                                                              "slang", "noisy_kfac", "noisy_kfac_blktri",
                                                              "fac", "li", "gi", "fac_gi", "rand_gi",
-                                                             "deep_ensemble", "swag", "laplace", "laplace_ll"}
+                                                             "deep_ensemble", "swag", "laplace", "laplace_ll",
+                                                             "pbp"}
     for name in ("fac", "li", "gi", "fac_gi", "rand_gi"):
         assert METHODS[name].compiles_with({"arch": "mlp"})
         assert not METHODS[name].compiles_with({"arch": "mnist500_cnn"})

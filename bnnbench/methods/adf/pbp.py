@@ -131,6 +131,9 @@ class PBP(Method):
     # PBP_net computes in float64 (theano's floatX); in float32, 2 of Boston's 20 replicas went non-finite in the
     # second epoch (nng_uci, seed 0)
     float64 = True
+    # the per-point ADF update compiled (``compiled_step``); the loop over a minibatch's points and the prior's EP
+    # sweep stay eager
+    compilable = True
 
     def init(self, problem: Problem, generator: torch.Generator) -> PBPState:
         """q(w) = N(m_0, b_lambda / (a_lambda - 1)), m_0 ~ N(0, 1 / (d_in + 1)) (PBP_net breaks the symmetry with
@@ -187,21 +190,55 @@ class PBP(Method):
         return {"mean": torch.where(ok, new_mean, state.mean), "var": torch.where(ok, new_var, state.var),
                 "noise_a": new_a, "noise_b": new_b}, log_z
 
-    def step(self, state, batch, noise, lr_scale=1.0):
+    def adf_point(self, mean, var, a, b, x, y, real, log_z_sum):
+        """``adf_update`` on the point ``(x [R, D], y [R])`` where ``real [R]`` (the others keep their moments) as one
+        function of tensors, its gradients by ``torch.func.grad``: what the compiled step compiles. Returns the new
+        ``(mean, var, noise_a, noise_b)`` and ``log_z_sum`` plus the real replicas' log Z(a, b)."""
+        def log_z_of(mean, var):
+            m, v = self.output_moments(mean, var, x.unsqueeze(1))
+            m, v = m[:, 0, 0], v[:, 0, 0]
+            log_z = log_gaussian(y, m, v + b / (a - 1))
+            return log_z.sum(), (m, v, log_z)
+
+        (g_m, g_v), (m, v, log_z) = torch.func.grad(log_z_of, argnums=(0, 1), has_aux=True)(mean, var)
+        new_mean, new_var = gaussian_moment_match(mean, var, g_m, g_v)
+        ok = real[:, None] & (new_var > MIN_VAR) & ~torch.isnan(new_mean) & ~torch.isnan(new_var)
+        new_a, new_b = gamma_moment_match(a, b, log_z, log_gaussian(y, m, v + b / a),
+                                          log_gaussian(y, m, v + b / (a + 1)))
+        return (torch.where(ok, new_mean, mean), torch.where(ok, new_var, var), torch.where(real, new_a, a),
+                torch.where(real, new_b, b), log_z_sum + torch.where(real, log_z, torch.zeros_like(log_z)))
+
+    def compiled_step(self, compile):
+        """``step`` with each point's ADF update (``adf_point``) compiled by ``compile``: the update is a few dozen
+        small kernels on ``[R, P]``, so eagerly a step is bound by their dispatch."""
+        point = compile(self.adf_point)
+
+        def step(state, batch, noise, lr_scale=1.0):
+            return self.step(state, batch, noise, lr_scale, point=point)
+        return step
+
+    def step(self, state, batch, noise, lr_scale=1.0, point=None):
         """ADF over the minibatch's points in turn; the prior's EP refinement for the replicas whose pass over
-        their data ended in this minibatch. ``lr_scale`` does not apply (PBP has no step size)."""
+        their data ended in this minibatch. ``lr_scale`` does not apply (PBP has no step size). ``point``: the
+        compiled ``adf_point`` (``compiled_step``)."""
         B = batch.x.shape[1]
         n, pos = state.n_data, state.pos
         new = state
         log_z_sum = torch.zeros_like(state.noise_a)
+        moments = (state.mean, state.var, state.noise_a, state.noise_b)
         for j in range(B):
             real = pos + j < n
             if not bool(real.any()):
                 break
+            if point is not None:
+                *moments, log_z_sum = point(*moments, batch.x[:, j], batch.y[:, j], real, log_z_sum)
+                continue
             upd, log_z = self.adf_update(new, batch.x[:, j], batch.y[:, j])
             new = new.replace(**{k: torch.where(real.view(-1, *[1] * (val.dim() - 1)), val, getattr(new, k))
                                  for k, val in upd.items()})
             log_z_sum = log_z_sum + torch.where(real, log_z, torch.zeros_like(log_z))
+        if point is not None:
+            new = new.replace(**dict(zip(("mean", "var", "noise_a", "noise_b"), moments)))
         seen = (n - pos).clamp(0, B)
         done = (pos < n) & (pos + B >= n)
         if self.cfg.refine_prior and bool(done.any()):
