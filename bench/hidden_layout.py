@@ -15,8 +15,9 @@ a sum of rows, vectorised along the 128 examples), and the largest relative diff
 
 2026-12-02 (fortieth session, the other core idle), two runs: 18.6 -> 16.4 ms (1.13x) and 19.0 -> 16.3 ms (1.17x),
 the loss and gradients equal to 3e-7 relative (best-of timings, not interleaved, had given 0.92-1.24x).
-Not built into the methods: the forward pass is ``MLP``'s, shared by every method and by the eager steps whose order of
-operations the committed records hold; a transposed forward for the compiled steps alone is the next step.
+Built since for BBB's compiled step alone (``MLP.forward_layers(examples_inner=True)`` on minibatches of 64 rows or
+more, ``bbb.EXAMPLES_INNER_MIN_BATCH``); the eager steps, whose order of operations the committed records hold, and the
+other methods keep the units innermost.
 """
 
 from __future__ import annotations

@@ -34,6 +34,21 @@ def test_forward_matches_nn_linear_per_replica_and_sample(sizes):
             assert torch.allclose(out[r, s], _nn_reference(model, theta[r, s], x[r]))
 
 
+@pytest.mark.parametrize("sizes", [[3, 7, 5, 2], [3, 7, 1], [3, 1]])
+def test_forward_with_the_examples_innermost_matches_nn_linear(sizes):
+    """``forward_layers(examples_inner=True)`` (activations ``[R, S, d, B]``, BBB's compiled step) is the same
+    network: against torch.nn per replica and sample, in hidden layers of several units and outputs of one or two."""
+    g = torch.Generator().manual_seed(2)
+    model = MLP(sizes)
+    theta = torch.randn(4, 6, model.n_params, generator=g, dtype=DT)
+    x = torch.randn(4, 9, 3, generator=g, dtype=DT)
+    out = model.forward_layers(list(model.layers(theta)), x, examples_inner=True)
+    assert out.shape == (4, 6, 9, sizes[-1])
+    for r in range(4):
+        for s in range(6):
+            assert torch.allclose(out[r, s], _nn_reference(model, theta[r, s], x[r]))
+
+
 def test_sampled_layers_equal_flat_sampling():
     g = torch.Generator().manual_seed(1)
     model = MLP([3, 4, 1])

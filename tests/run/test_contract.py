@@ -221,6 +221,16 @@ def test_slangs_compiled_step_on_the_boards_gram_matrices(dtype, monkeypatch):
     assert calls and set(calls) == {(8, 129, 129)}
 
 
+@pytest.mark.slow   # two compilations, about 20 s in a fresh inductor cache
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_bbbs_compiled_step_with_the_examples_innermost(dtype):
+    """BBB's compiled step on minibatches of ``EXAMPLES_INNER_MIN_BATCH`` rows and more lays the MLP's activations out
+    with the examples innermost (``MLP.forward_layers(examples_inner=True)``): it equals the eager step to float
+    rounding there too (the contract's 5-row minibatches keep the eager layout)."""
+    from bnnbench.methods.gaussian.bbb import EXAMPLES_INNER_MIN_BATCH
+    assert check_compiled("bbb", dtype, rows=EXAMPLES_INNER_MIN_BATCH) is None
+
+
 # compiled in parts by design: an eager eigensolver (LAPACK) between the compiled parts, HMC's proposal alone,
 # PBP's per-point ADF update (the loop over the points and the prior's EP sweep eager), or SWAG's step without its
 # deviations' update (once an epoch). SLANG's L = 1 step traces whole: its eigensolver is an operator

@@ -142,8 +142,14 @@ class MLP:
         return self.forward_layers(list(self.layers(theta)), x, dropout_masks)
 
     def forward_layers(self, layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor,
-                       dropout_masks: list[torch.Tensor] | None = None) -> torch.Tensor:
-        """``forward`` from per-layer ``(W [R, S, d_in, d_out], b [R, S, d_out])``."""
+                       dropout_masks: list[torch.Tensor] | None = None,
+                       examples_inner: bool = False) -> torch.Tensor:
+        """``forward`` from per-layer ``(W [R, S, d_in, d_out], b [R, S, d_out])``. ``examples_inner``: the same
+        function with each layer's activations laid out ``[R, S, d, B]`` (``z^T = W^T h^T + b``), the outputs
+        transposed back at the end: compiled, the sums over a layer's units are then sums of rows, vectorised along
+        the B examples (bench/hidden_layout.py); the same numbers to float rounding, not bitwise."""
+        if examples_inner and dropout_masks is None:
+            return self._forward_examples_inner(layers, x)
         h = x.unsqueeze(1)
         n_layers = len(self.slices)
         for i, (W, b) in enumerate(layers):
@@ -153,6 +159,18 @@ class MLP:
             if i < n_layers - 1:
                 h = self._act(h)
         return h
+
+    def _forward_examples_inner(self, layers, x: torch.Tensor) -> torch.Tensor:
+        h = x.transpose(-1, -2).unsqueeze(1)                                  # [R, 1, D, B]
+        n_layers = len(self.slices)
+        for i, (W, b) in enumerate(layers):
+            if W.shape[-1] == 1:   # one output unit: a multiply and a sum over d_in
+                h = (h * W).sum(-2, keepdim=True) + b.unsqueeze(-1)
+            else:
+                h = torch.matmul(W.transpose(-1, -2), h) + b.unsqueeze(-1)
+            if i < n_layers - 1:
+                h = self._act(h)
+        return h.transpose(-1, -2)
 
     # what per-example curvature needs of a network (``linalg.per_example``); a convolutional network
     # (``convnet.ConvNet``) gives the same with its positions as rows, back-propagating by autograd

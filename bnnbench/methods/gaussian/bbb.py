@@ -28,7 +28,7 @@ from bnnbench.methods.adam import adam
 from bnnbench.methods.base import Problem, hyper_state
 from bnnbench.methods.gaussian.mean_field import MeanField, MeanFieldState
 from bnnbench.methods.state import state_class
-from bnnbench.core.models.mlp import softplus_inv
+from bnnbench.core.models.mlp import MLP, softplus_inv
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,12 @@ class BBBState(MeanFieldState):
     v_rho: torch.Tensor
     t: torch.Tensor
     lr: torch.Tensor | None = None
+
+
+# the compiled step's activations with the examples innermost from this minibatch size on (bench/step_ab.py against
+# the units innermost, R = 100 / 20: 1.45x / 1.01x at nng_uci's 100 rows on kin8nm, 1.14x / 1.03x at vadam_uci's 128;
+# 0.83x / 1.04x at vadam_uci's 32 on Boston, 0.76x / 0.83x at slang_uci's 10: fewer rows than a vector's lanes)
+EXAMPLES_INNER_MIN_BATCH = 64
 
 
 class BBB(MeanField):
@@ -95,23 +101,35 @@ class BBB(MeanField):
         return [torch.randn(R, S, B, d_out, generator=generator, device=batch.x.device,
                             dtype=batch.x.dtype) for _, _, _, d_out in self.model.slices]
 
-    def objective(self, state, mean, rho, batch, noise):
+    def objective(self, state, mean, rho, batch, noise, examples_inner=False):
         """(negative ELBO / N, NLL, KL) per replica and the outputs ``f`` of the samples."""
         sigma = F.softplus(rho)
         if self.cfg.local_reparam:
             f = self.model.forward_local_reparam(mean, sigma * sigma, batch.x, noise)
         else:
-            f = self.model.forward_layers(self.model.sampled_layers(mean, sigma, noise), batch.x)
+            layers = self.model.sampled_layers(mean, sigma, noise)
+            f = (self.model.forward_layers(layers, batch.x, examples_inner=True) if examples_inner
+                 else self.model.forward_layers(layers, batch.x))
         nll = self.nll(state, f, batch.y)
         prior_var = 1.0 / state.prior_prec
         kl = kl_diag_gaussians(mean, sigma * sigma, torch.zeros_like(mean), prior_var)
         return nll + kl / state.n_data.to(nll.dtype), nll, kl, f
 
-    def step(self, state, batch, noise, lr_scale=1.0):
+    def compiled_step(self, compile):
+        """``step`` compiled; on an MLP with minibatches of at least ``EXAMPLES_INNER_MIN_BATCH`` rows, its activations
+        laid out with the examples innermost (``MLP.forward_layers``)."""
+        mlp = type(self.model) is MLP
+
+        def step(state, batch, noise, lr_scale=1.0):
+            inner = mlp and batch.x.shape[1] >= EXAMPLES_INNER_MIN_BATCH
+            return self.step(state, batch, noise, lr_scale, examples_inner=inner)
+        return compile(step)
+
+    def step(self, state, batch, noise, lr_scale=1.0, examples_inner=False):
         mean = state.mean.detach().requires_grad_(True)
         rho = state.rho.detach().requires_grad_(True)
         with torch.enable_grad():
-            obj, nll, kl, f = self.objective(state, mean, rho, batch, noise)
+            obj, nll, kl, f = self.objective(state, mean, rho, batch, noise, examples_inner)
             g_mean, g_rho = torch.autograd.grad(obj.sum(), [mean, rho])
         t = state.t + 1
         lr = self.cfg.lr * lr_scale if state.lr is None else (state.lr * lr_scale)[:, None]
