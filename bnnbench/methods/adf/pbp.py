@@ -171,6 +171,22 @@ class PBP(Method):
     def noise(self, state, batch, generator):
         return None
 
+    def log_z(self, mean, var, a, b, x, y):
+        """log Z(a, b) ``[R]`` of the point ``(x [R, D], y [R])`` under q, with the output's mean and variance."""
+        m, v = self.output_moments(mean, var, x.unsqueeze(1))
+        m, v = m[:, 0, 0], v[:, 0, 0]
+        return log_gaussian(y, m, v + b / (a - 1)), m, v
+
+    @staticmethod
+    def matched(mean, var, a, b, y, m, v, log_z, g_m, g_v):
+        """The ADF rules from log Z and its gradients: the new (mean, var), where they are usable ``ok`` (variance
+        above ``MIN_VAR``, no NaN), and q(gamma)'s new (a, b)."""
+        new_mean, new_var = gaussian_moment_match(mean, var, g_m, g_v)
+        ok = (new_var > MIN_VAR) & ~torch.isnan(new_mean) & ~torch.isnan(new_var)  # NaN > x is False
+        new_a, new_b = gamma_moment_match(a, b, log_z, log_gaussian(y, m, v + b / a),
+                                          log_gaussian(y, m, v + b / (a + 1)))
+        return new_mean, new_var, ok, new_a, new_b
+
     def adf_update(self, state: PBPState, x: torch.Tensor, y: torch.Tensor) -> tuple[dict, torch.Tensor]:
         """One ADF update on the point ``(x [R, D], y [R])`` of every replica: the new (mean, var, noise_a,
         noise_b) and log Z(a, b) ``[R]``."""
@@ -178,15 +194,10 @@ class PBP(Method):
         mean = state.mean.detach().requires_grad_(True)
         var = state.var.detach().requires_grad_(True)
         with torch.enable_grad():
-            m, v = self.output_moments(mean, var, x.unsqueeze(1))
-            m, v = m[:, 0, 0], v[:, 0, 0]
-            log_z = log_gaussian(y, m, v + b / (a - 1))
+            log_z, m, v = self.log_z(mean, var, a, b, x, y)
             g_m, g_v = torch.autograd.grad(log_z.sum(), [mean, var])
         m, v, log_z = m.detach(), v.detach(), log_z.detach()
-        new_mean, new_var = gaussian_moment_match(state.mean, state.var, g_m, g_v)
-        ok = (new_var > MIN_VAR) & ~torch.isnan(new_mean) & ~torch.isnan(new_var)  # NaN > x is False
-        new_a, new_b = gamma_moment_match(a, b, log_z, log_gaussian(y, m, v + b / a),
-                                          log_gaussian(y, m, v + b / (a + 1)))
+        new_mean, new_var, ok, new_a, new_b = self.matched(state.mean, state.var, a, b, y, m, v, log_z, g_m, g_v)
         return {"mean": torch.where(ok, new_mean, state.mean), "var": torch.where(ok, new_var, state.var),
                 "noise_a": new_a, "noise_b": new_b}, log_z
 
@@ -194,17 +205,13 @@ class PBP(Method):
         """``adf_update`` on the point ``(x [R, D], y [R])`` where ``real [R]`` (the others keep their moments) as one
         function of tensors, its gradients by ``torch.func.grad``: what the compiled step compiles. Returns the new
         ``(mean, var, noise_a, noise_b)`` and ``log_z_sum`` plus the real replicas' log Z(a, b)."""
-        def log_z_of(mean, var):
-            m, v = self.output_moments(mean, var, x.unsqueeze(1))
-            m, v = m[:, 0, 0], v[:, 0, 0]
-            log_z = log_gaussian(y, m, v + b / (a - 1))
+        def summed(mean, var):
+            log_z, m, v = self.log_z(mean, var, a, b, x, y)
             return log_z.sum(), (m, v, log_z)
 
-        (g_m, g_v), (m, v, log_z) = torch.func.grad(log_z_of, argnums=(0, 1), has_aux=True)(mean, var)
-        new_mean, new_var = gaussian_moment_match(mean, var, g_m, g_v)
-        ok = real[:, None] & (new_var > MIN_VAR) & ~torch.isnan(new_mean) & ~torch.isnan(new_var)
-        new_a, new_b = gamma_moment_match(a, b, log_z, log_gaussian(y, m, v + b / a),
-                                          log_gaussian(y, m, v + b / (a + 1)))
+        (g_m, g_v), (m, v, log_z) = torch.func.grad(summed, argnums=(0, 1), has_aux=True)(mean, var)
+        new_mean, new_var, ok, new_a, new_b = self.matched(mean, var, a, b, y, m, v, log_z, g_m, g_v)
+        ok = real[:, None] & ok
         return (torch.where(ok, new_mean, mean), torch.where(ok, new_var, var), torch.where(real, new_a, a),
                 torch.where(real, new_b, b), log_z_sum + torch.where(real, log_z, torch.zeros_like(log_z)))
 

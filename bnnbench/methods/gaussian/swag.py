@@ -73,8 +73,9 @@ class SWAG(MAP):
         return dict(swa_mean=z, swa_sq=z.clone(), dev=z.new_zeros(R, self.cfg.rank, P),
                     n_swa=torch.zeros(R, dtype=torch.long, device=theta.device))
 
-    def step(self, state, batch, noise, lr_scale=1.0):
-        new, stats, collect = self.iterate(state, batch, noise, lr_scale)
+    def step(self, state, batch, noise, lr_scale=1.0, iterate=None):
+        """``iterate`` (the compiled one: ``compiled_step``), then the deviations' update."""
+        new, stats, collect = (iterate or self.iterate)(state, batch, noise, lr_scale)
         return new.replace(dev=self.deviations(state, new, collect)), stats
 
     def iterate(self, state, batch, noise, lr_scale=1.0):
@@ -111,8 +112,7 @@ class SWAG(MAP):
         iterate = compile(self.iterate)
 
         def step(state, batch, noise, lr_scale=1.0):
-            new, stats, collect = iterate(state, batch, noise, lr_scale)
-            return new.replace(dev=self.deviations(state, new, collect)), stats
+            return self.step(state, batch, noise, lr_scale, iterate=iterate)
         return step
 
     def sample_params(self, state, n_samples: int, generator: torch.Generator) -> torch.Tensor:
