@@ -70,6 +70,64 @@ def test_blr_sample_moments_equal_the_dense_posterior():
     assert torch.allclose(logpq[:10], ref, atol=1e-10)
 
 
+def _blr_problem(R=3, S=2, P=9, D=6, out=4, seed=2):
+    g = torch.Generator().manual_seed(seed)
+    U = torch.randn(R, S, P, D, generator=g, dtype=DT, requires_grad=True)
+    lam = (torch.rand(R, S, P, generator=g, dtype=DT) + 0.2).requires_grad_()
+    V = torch.randn(R, S, P, out, generator=g, dtype=DT, requires_grad=True)
+    alpha = torch.tensor([1.0, 2.0, 3.0], dtype=DT)[:R, None].expand(R, S)
+    z = torch.randn(R, S, D, out, generator=g, dtype=DT)
+    return U, lam, V, alpha, z
+
+
+def _draw_and_grads(draw, U, lam, V, alpha, z):
+    W, logpq = draw(U, lam, V, alpha, z)
+    weights = torch.linspace(-1, 2, W.numel(), dtype=DT).view_as(W)
+    loss = (W * weights).sum() + (logpq * torch.linspace(-2, 1, logpq.numel(), dtype=DT).view_as(logpq)).sum()
+    return (W, logpq, *torch.autograd.grad(loss, (U, lam, V)))
+
+
+def _draw_by_root(U, lam, V, alpha, z):
+    return blr._draw_from_root(blr.prec_root(blr.posterior_prec(U, lam, alpha)), (U * lam.unsqueeze(-1)).mT @ V,
+                               alpha, z)
+
+
+def test_the_draw_from_the_precisions_root_and_its_gradients_equal_the_cholesky_draws():
+    """W = C (C^T U^T Lambda V + z) with C = L^-T (the compiled step's, ``prec_root``'s hand-written backward) against
+    LAPACK's factor, solves and torch's autograd (the eager step's), values and gradients in U, Lambda and V; and
+    ``prec_root``'s gradient in A against torch's Cholesky backward through C = L^-T formed densely."""
+    ref = _draw_and_grads(blr.sample_weights, *_blr_problem())
+    new = _draw_and_grads(_draw_by_root, *_blr_problem())
+    for a, b in zip(new, ref):
+        assert torch.allclose(a, b, rtol=1e-11, atol=1e-12 * float(b.detach().abs().max()))
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(5, 7, 7, generator=g, dtype=DT)
+    A = (X @ X.mT + torch.eye(7, dtype=DT)).requires_grad_()
+    G = torch.randn(5, 7, 7, generator=g, dtype=DT)
+    dense = torch.linalg.inv(torch.linalg.cholesky(A)).mT
+    assert torch.allclose(blr.prec_root(A), dense, atol=1e-12)
+    grad_ref, = torch.autograd.grad((dense * G.triu()).sum(), A)
+    grad_new, = torch.autograd.grad((blr.prec_root(A) * G.triu()).sum(), A)
+    assert torch.allclose(grad_new, grad_ref, atol=1e-12 * float(grad_ref.abs().max()))
+
+
+def test_a_compiled_draw_takes_the_precisions_root_and_equals_the_eager_draw():
+    """Under ``torch.compile`` on a CPU, ``sample_weights`` draws from ``prec_root`` (seen by its outcome on a precision
+    that is not positive definite: NaN there, where the eager draw raises LAPACK's error), equal to the eager draw."""
+    compiled = torch.compile(blr.sample_weights, backend="eager", fullgraph=True)
+    ref = _draw_and_grads(blr.sample_weights, *_blr_problem())
+    new = _draw_and_grads(compiled, *_blr_problem())
+    for a, b in zip(new, ref):
+        assert torch.allclose(a, b, rtol=1e-11, atol=1e-12 * float(b.detach().abs().max()))
+    U, lam, V, alpha, z = (x.detach() for x in _blr_problem())
+    alpha = alpha.clone()
+    alpha[1] = -50.0                               # replica 1's precision U^T Lambda U - 50 I: not positive definite
+    with pytest.raises(torch.linalg.LinAlgError):
+        blr.sample_weights(U, lam, V, alpha, z)
+    W, logpq = compiled(U, lam, V, alpha, z)
+    assert torch.isnan(W[1]).all() and torch.isfinite(W[[0, 2]]).all() and torch.isfinite(logpq[[0, 2]]).all()
+
+
 @pytest.mark.parametrize("prior,alpha", [("standard", 1.0), ("neal", 4.0)])
 def test_gi_with_the_data_as_pseudo_data_is_the_exact_posterior_and_its_elbo_the_log_evidence(prior, alpha):
     """One linear layer, inducing inputs = training inputs, pseudo-outputs = targets, pseudo-precision = tau: q(w) is

@@ -12,11 +12,18 @@ library) uses: at the exact posterior it equals log evidence - log likelihood fo
 also be a convolution's ``KroneckerPrec`` (alpha I replaced by A); a convolution's U^T Lambda U and U^T Lambda V come
 from ``autocorrelation`` (``sample_weights_from_stats``); with fewer inducing points than rows the draw is made in
 P x P algebra (``sample_weights_dual``).
+
+A compiled step on a CPU draws from the precision's inverse Cholesky root C = L^-T (``prec_root``: the SIMD kernel of
+``core/linalg/chol_root``, an operator in the graph) as W = C (C^T U^T Lambda V + z), so that the triangular solves of
+the draw and of its backward pass become products (``bench/step_ab.py``, App. G's families); the eager step, and so
+every record, keeps LAPACK's factor and solves.
 """
 
 from __future__ import annotations
 
 import torch
+
+from bnnbench.core.linalg import chol_root
 
 
 def posterior_prec(U: torch.Tensor, lam: torch.Tensor, alpha) -> torch.Tensor:
@@ -33,8 +40,47 @@ def sample_weights(U: torch.Tensor, lam: torch.Tensor, V: torch.Tensor, alpha: t
     the prior precision (or a ``KroneckerPrec``), ``z [..., D, out]`` standard normal draws; the leading axes
     broadcast (replica, sample).
     """
-    L = torch.linalg.cholesky(posterior_prec(U, lam, alpha))
-    return _draw(L, (U * lam.unsqueeze(-1)).mT @ V, alpha, z)
+    prec = posterior_prec(U, lam, alpha)
+    if _root_in_graph(prec):
+        return _draw_from_root(prec_root(prec), (U * lam.unsqueeze(-1)).mT @ V, alpha, z)
+    return _draw(torch.linalg.cholesky(prec), (U * lam.unsqueeze(-1)).mT @ V, alpha, z)
+
+
+def _root_in_graph(prec: torch.Tensor) -> bool:
+    """Whether this draw is being compiled on a CPU for a precision the SIMD kernel takes (``chol_root.MAX_N``)."""
+    return (torch.compiler.is_compiling() and prec.device.type == "cpu" and prec.shape[-1] <= chol_root.MAX_N
+            and prec.dtype in (torch.float32, torch.float64))
+
+
+class _PrecRoot(torch.autograd.Function):
+    """``C = L^-T`` of ``A = L L^T`` (NaN where A is not numerically positive definite), differentiable. With
+    dL = L Phi(L^-1 dA L^-T) (Phi: the lower triangle, its diagonal halved) and L^T C = I,
+
+        dC = -C dL^T C = -C Phi(C^T dA C)^T,   so   grad_A = -C Phi(grad_C^T C) C^T,
+
+    symmetrised as torch's Cholesky backward is: products only, no triangular solves."""
+
+    @staticmethod
+    def forward(A):
+        C, info = torch.ops.bnnbench.chol_root_simd(A)
+        return torch.where((info == 0)[..., None, None], C, torch.full_like(C, float("nan")))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, grad_C):
+        C, = ctx.saved_tensors
+        M = grad_C.mT @ C
+        phi = M.tril() - 0.5 * torch.diag_embed(M.diagonal(dim1=-2, dim2=-1))
+        K = C @ phi @ C.mT
+        return -0.5 * (K + K.mT)
+
+
+def prec_root(A: torch.Tensor) -> torch.Tensor:
+    """``C = L^-T`` with ``A = L L^T`` by the SIMD kernel (``core/linalg/chol_root``), differentiable in ``A``."""
+    return _PrecRoot.apply(A)
 
 
 def sample_weights_dual(U: torch.Tensor, lam: torch.Tensor, V: torch.Tensor, alpha: torch.Tensor,
@@ -86,13 +132,23 @@ def _draw(L: torch.Tensor, ULV: torch.Tensor, prior, z: torch.Tensor) -> tuple[t
     The normalising constants (2 pi)^(-D out / 2) of p and q cancel and are left out of both."""
     # mean + L^-T z = L^-T (L^-1 ULV + z): two triangular solves for the mean and the draw together
     W = torch.linalg.solve_triangular(L.mT, torch.linalg.solve_triangular(L, ULV, upper=False) + z, upper=True)
+    log_q = -0.5 * (z * z).sum((-1, -2)) + W.shape[-1] * L.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+    return W, _log_prior(W, prior) - log_q
+
+
+def _draw_from_root(C: torch.Tensor, ULV: torch.Tensor, prior, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_draw`` from the root C = L^-T: W = C (C^T ULV + z), log det L = -sum log diag C."""
+    W = C @ (C.mT @ ULV + z)
+    log_q = -0.5 * (z * z).sum((-1, -2)) - W.shape[-1] * C.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+    return W, _log_prior(W, prior) - log_q
+
+
+def _log_prior(W: torch.Tensor, prior) -> torch.Tensor:
+    """log p(W) ``[...]`` without its (2 pi) constant, for W ``[..., D, out]``."""
     D, out = W.shape[-2], W.shape[-1]
-    log_q = -0.5 * (z * z).sum((-1, -2)) + out * L.diagonal(dim1=-2, dim2=-1).log().sum(-1)
     if isinstance(prior, torch.Tensor):
-        log_p = -0.5 * prior * (W * W).sum((-1, -2)) + 0.5 * D * out * torch.log(prior)
-    else:
-        log_p = -0.5 * prior.quad(W) + 0.5 * out * prior.logdet()
-    return W, log_p - log_q
+        return -0.5 * prior * (W * W).sum((-1, -2)) + 0.5 * D * out * torch.log(prior)
+    return -0.5 * prior.quad(W) + 0.5 * out * prior.logdet()
 
 
 def posterior(U: torch.Tensor, lam: torch.Tensor, V: torch.Tensor,
