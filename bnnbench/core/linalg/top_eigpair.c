@@ -14,54 +14,99 @@
 #endif
 #define LOOP for (int l = 0; l < W; l++)
 
+#define AT(i, j) (a + ((i) * n + (j)) * W)
+
+/* The reflector H_k = I - tau_k v_k v_k^T that zeroes A[k+2:, k] (?larfg): e_k, tau_k and v_k (v_k[0] = 1). */
+static void reflector(double *restrict a, long n, long k, double *restrict tau, double *restrict e,
+                      double *restrict vk) {
+    double alpha[W], sigma[W], scale[W];
+    LOOP { alpha[l] = AT(k + 1, k)[l]; sigma[l] = 0; }
+    for (long i = k + 2; i < n; i++) LOOP { double z = AT(i, k)[l]; sigma[l] += z * z; }
+    LOOP {
+        double norm = sqrt(alpha[l] * alpha[l] + sigma[l]);
+        int keep = sigma[l] == 0.0;
+        double beta = keep ? alpha[l] : (alpha[l] >= 0 ? -norm : norm);
+        scale[l] = keep ? 0.0 : 1.0 / (alpha[l] - beta);
+        e[k * W + l] = beta;
+        tau[k * W + l] = keep ? 0.0 : (beta - alpha[l]) / beta;
+        vk[l] = 1.0;
+    }
+    for (long i = 1; i < n - k - 1; i++) LOOP vk[i * W + l] = AT(k + 1 + i, k)[l] * scale[l];
+}
+
+/* p = A22 v_k, A22 = A[k+1:, k+1:] from its lower triangle. */
+static void symv(const double *restrict a, long n, long k, const double *restrict vk, double *restrict p) {
+    long m = n - k - 1;
+    for (long i = 0; i < m; i++) LOOP p[i * W + l] = 0;
+    for (long i = 0; i < m; i++) {
+        const double *restrict row = AT(k + 1 + i, k + 1);
+        double s[W], vi[W];
+        LOOP { vi[l] = vk[i * W + l]; s[l] = row[i * W + l] * vi[l]; }
+        for (long j = 0; j < i; j++)
+            LOOP { double aij = row[j * W + l]; s[l] += aij * vk[j * W + l]; p[j * W + l] += aij * vi[l]; }
+        LOOP p[i * W + l] += s[l];
+    }
+}
+
+/* Step k's update A22 -= v w^T + w v^T (v = ``vk``, w = ``w``), and where ``vn`` is given (a step k+1 follows),
+   step k+1's reflector (into ``vn``) and its product pn = A22' v_{k+1} (A22' = A[k+2:, k+2:]) in the same pass over
+   A22: each entry updated, then used, in ?sytd2's order (the same arithmetic as two passes, half the traffic through
+   the cache); column k+1 is updated first, since v_{k+1} is made from it. */
+static void rank2_symv(double *restrict a, long n, long k, const double *restrict vk, const double *restrict w,
+                       double *restrict vn, double *restrict pn, double *restrict tau, double *restrict e) {
+    long m = n - k - 1;
+    for (long i = 0; i < m; i++) {                                                        /* column k+1 */
+        double *restrict row = AT(k + 1 + i, k + 1);
+        LOOP row[l] -= vk[i * W + l] * w[l] + w[i * W + l] * vk[l];
+    }
+    if (vn) {
+        reflector(a, n, k + 1, tau, e, vn);
+        for (long i = 0; i + 1 < m; i++) LOOP pn[i * W + l] = 0;
+    }
+    for (long i = 1; i < m; i++) {                                                        /* the rest, and A22' v' */
+        double *restrict row = AT(k + 1 + i, k + 1);
+        double vi[W], wi[W];
+        LOOP { vi[l] = vk[i * W + l]; wi[l] = w[i * W + l]; }
+        LOOP row[i * W + l] -= vi[l] * w[i * W + l] + wi[l] * vk[i * W + l];
+        if (vn) {
+            double s[W], ui[W];
+            LOOP { ui[l] = vn[(i - 1) * W + l]; s[l] = row[i * W + l] * ui[l]; }
+            for (long j = 1; j < i; j++) LOOP {
+                double aij = row[j * W + l] - (vi[l] * w[j * W + l] + wi[l] * vk[j * W + l]);
+                row[j * W + l] = aij;
+                s[l] += aij * vn[(j - 1) * W + l];
+                pn[(j - 1) * W + l] += aij * ui[l];
+            }
+            LOOP pn[(i - 1) * W + l] += s[l];
+        } else {
+            for (long j = 1; j < i; j++) LOOP row[j * W + l] -= vi[l] * w[j * W + l] + wi[l] * vk[j * W + l];
+        }
+    }
+}
+
 static void block(const double *restrict A, long n, int lanes, double *restrict a, double *restrict tau,
                   double *restrict d, double *restrict e, double *restrict v, double *restrict p,
                   double *restrict lam_out, double *restrict vec_out) {
     double *restrict u0 = p, *restrict u1 = p + n * W, *restrict u2 = p + 2 * n * W, *restrict mu = p + 3 * n * W;
     double *restrict piv = p + 4 * n * W, *restrict x = p + 5 * n * W;
-#define AT(i, j) (a + ((i) * n + (j)) * W)
     for (long i = 0; i < n; i++)
         for (long j = 0; j <= i; j++)
             for (int l = 0; l < W; l++)
                 AT(i, j)[l] = A[(l < lanes ? l : 0) * n * n + i * n + j];
-    for (long k = 0; k + 2 < n; k++) {           /* reflector H_k = I - tau_k v_k v_k^T zeroes A[k+2:, k] */
+    double *pk = p, *pn = u1;   /* p of this step and of the next (u1's room: unused until 3.) */
+    if (n > 2) { reflector(a, n, 0, tau, e, v); symv(a, n, 0, v, pk); }
+    for (long k = 0; k + 2 < n; k++) {
         long m = n - k - 1;
-        double alpha[W], sigma[W], t[W], scale[W];
-        double *restrict vk = v + k * n * W;
-        LOOP { alpha[l] = AT(k + 1, k)[l]; sigma[l] = 0; }
-        for (long i = k + 2; i < n; i++) LOOP { double z = AT(i, k)[l]; sigma[l] += z * z; }
-        LOOP {
-            double norm = sqrt(alpha[l] * alpha[l] + sigma[l]);
-            int keep = sigma[l] == 0.0;
-            double beta = keep ? alpha[l] : (alpha[l] >= 0 ? -norm : norm);
-            t[l] = keep ? 0.0 : (beta - alpha[l]) / beta;
-            scale[l] = keep ? 0.0 : 1.0 / (alpha[l] - beta);
-            e[k * W + l] = beta;
-            tau[k * W + l] = t[l];
-            vk[l] = 1.0;
-        }
-        for (long i = 1; i < m; i++) LOOP vk[i * W + l] = AT(k + 1 + i, k)[l] * scale[l];
-        /* p = tau A22 v, from A22's lower triangle */
-        for (long i = 0; i < m; i++) LOOP p[i * W + l] = 0;
-        for (long i = 0; i < m; i++) {
-            const double *restrict row = AT(k + 1 + i, k + 1);
-            double s[W], vi[W];
-            LOOP { vi[l] = vk[i * W + l]; s[l] = row[i * W + l] * vi[l]; }
-            for (long j = 0; j < i; j++)
-                LOOP { double aij = row[j * W + l]; s[l] += aij * vk[j * W + l]; p[j * W + l] += aij * vi[l]; }
-            LOOP p[i * W + l] += s[l];
-        }
-        double pv[W];
-        LOOP pv[l] = 0;
-        for (long i = 0; i < m; i++) LOOP { p[i * W + l] *= t[l]; pv[l] += p[i * W + l] * vk[i * W + l]; }
+        const double *restrict vk = v + k * n * W;
+        double t[W], pv[W];
+        LOOP { t[l] = tau[k * W + l]; pv[l] = 0; }
+        for (long i = 0; i < m; i++) LOOP { pk[i * W + l] *= t[l]; pv[l] += pk[i * W + l] * vk[i * W + l]; }
         LOOP pv[l] *= -0.5 * t[l];
-        for (long i = 0; i < m; i++) LOOP p[i * W + l] += pv[l] * vk[i * W + l];       /* w = p - tau/2 (p.v) v */
-        for (long i = 0; i < m; i++) {                                                   /* A22 -= v w^T + w v^T */
-            double *restrict row = AT(k + 1 + i, k + 1);
-            double vi[W], wi[W];
-            LOOP { vi[l] = vk[i * W + l]; wi[l] = p[i * W + l]; }
-            for (long j = 0; j <= i; j++) LOOP row[j * W + l] -= vi[l] * p[j * W + l] + wi[l] * vk[j * W + l];
-        }
+        for (long i = 0; i < m; i++) LOOP pk[i * W + l] += pv[l] * vk[i * W + l];       /* w = p - tau/2 (p.v) v */
+        double *restrict vn = v + (k + 1) * n * W;
+        int next = k + 3 < n;
+        rank2_symv(a, n, k, vk, pk, next ? vn : 0, next ? pn : 0, tau, e);
+        double *swap = pk; pk = pn; pn = swap;
     }
     for (long i = 0; i < n; i++) LOOP d[i * W + l] = AT(i, i)[l];
     if (n >= 2) LOOP e[(n - 2) * W + l] = AT(n - 1, n - 2)[l];
