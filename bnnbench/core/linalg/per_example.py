@@ -126,12 +126,6 @@ def layer_factors(acts, gs) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
-def _per_sample_inputs(a1t: torch.Tensor, n: int) -> torch.Tensor:
-    """``a1t [R, j, M]`` shared by S = n / M samples -> ``[R, j, n]``."""
-    R, j, M = a1t.shape
-    return a1t if M == n else a1t.unsqueeze(2).expand(R, j, n // M, M).reshape(R, j, n)
-
-
 def gradient_gram(factors) -> torch.Tensor:
     """``G^T G [R, n, n]`` of the per-example gradients without forming them: for a linear layer
     ``<g_i, g_j> = (a_i . a_j + 1)(g_i . g_j)`` (weights and bias), summed over layers."""
@@ -153,9 +147,9 @@ def gradient_t_times(model: MLP, factors, V: torch.Tensor) -> torch.Tensor:
     for (w, b, d_in, d_out), (a1t, g) in zip(model.slices, factors):
         j, n, M = d_in + 1, g.shape[1], a1t.shape[2]
         Vl = V[:, w.start:b.stop].reshape(R, j, d_out, k)
-        if j < d_out:   # ([R, j k, o] @ [R, o, n]) * a1 -> sum over j
-            T = (Vl.permute(0, 1, 3, 2).reshape(R, j * k, d_out) @ g.transpose(1, 2)).view(R, j, k, n)
-            out = out + (T * _per_sample_inputs(a1t, n).unsqueeze(2)).sum(1)
+        if j < d_out:   # ([R, j k, o] @ [R, o, n]) * a1 -> sum over j; n = S M: a1t [R, j, M] broadcasts over S
+            T = (Vl.permute(0, 1, 3, 2).reshape(R, j * k, d_out) @ g.transpose(1, 2)).view(R, j, k, n // M, M)
+            out = out + (T * a1t[:, :, None, None]).sum(1).view(R, k, n)
         elif M < n:     # [R, M, j] @ [R, j, o k], then per example [S, o] @ [o, k]
             S = n // M
             T = (a1t.transpose(1, 2) @ Vl.reshape(R, j, d_out * k)).view(R * M, d_out, k)
@@ -179,7 +173,7 @@ def gradient_times(model: MLP, factors, W: torch.Tensor, out: torch.Tensor | Non
         j, M = d_in + 1, a1t.shape[2]
         ol = out[:, w.start:b.stop].view(R, j, d_out, k)
         if j < d_out:            # [R, j k, n] @ [R, n, o]
-            aW = (_per_sample_inputs(a1t, n).unsqueeze(2) * Wt.unsqueeze(1)).view(R, j * k, n)
+            aW = (a1t[:, :, None, None] * Wt.view(R, 1, k, n // M, M)).view(R, j * k, n)
             ol += (aW @ g).view(R, j, k, d_out).transpose(2, 3)
         elif M < n:              # per example [o, S] @ [S, k], then [R, j, M] @ [R, M, o k]
             S = n // M
