@@ -201,15 +201,17 @@ def _tiny_step(cls, dtype, settings, g, R: int = R, rows: int = 5, sizes: tuple 
     return method, state, Batch(x, y, state.n_data)
 
 
-def compiled_graph_breaks(name: str, dtype: torch.dtype = torch.float32, settings: dict | None = None) -> int:
+def compiled_graph_breaks(name: str, dtype: torch.dtype = torch.float32, settings: dict | None = None,
+                          rows: int = 5) -> int:
     """How often dynamo breaks ``name``'s step (``Method.compiled_step``, as the ``compile`` setting traces it) on the
-    problem of ``check_compiled``: 0 where the step compiles into one graph. A break runs the code around it eagerly
-    and splits the compiled kernels (a ``functools.cached_property`` read in ``MLP.layers`` once made BBB's compiled
-    step 1.4-5x slower), so a method meant to compile whole is checked for none (tests/run/test_contract.py)."""
+    problem of ``check_compiled`` (minibatches of ``rows``): 0 where the step compiles into one graph. A break runs the
+    code around it eagerly and splits the compiled kernels (a ``functools.cached_property`` read in ``MLP.layers`` once
+    made BBB's compiled step 1.4-5x slower), so a method meant to compile whole is checked for none
+    (tests/run/test_contract.py)."""
     import torch._dynamo
     from bnnbench.run.compiled import graph_lr_scale
     g = torch.Generator().manual_seed(0)
-    method, state, batch = _tiny_step(method_class(name), dtype, settings, g)
+    method, state, batch = _tiny_step(method_class(name), dtype, settings, g, rows=rows)
     if method is None:
         raise ValueError(f"{name}: no tiny regression or classification problem to trace its step on")
     with contextlib.nullcontext() if method.needs_autograd else torch.inference_mode():

@@ -223,12 +223,22 @@ def test_slangs_compiled_step_on_the_boards_gram_matrices(dtype, monkeypatch):
 
 @pytest.mark.slow   # two compilations, about 20 s in a fresh inductor cache
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
-def test_bbbs_compiled_step_with_the_examples_innermost(dtype):
-    """BBB's compiled step on minibatches of ``EXAMPLES_INNER_MIN_BATCH`` rows and more lays the MLP's activations out
-    with the examples innermost (``MLP.forward_layers(examples_inner=True)``): it equals the eager step to float
-    rounding there too (the contract's 5-row minibatches keep the eager layout)."""
+def test_bbbs_compiled_step_with_the_examples_innermost(dtype, monkeypatch):
+    """BBB's compiled step on minibatches of ``EXAMPLES_INNER_MIN_BATCH`` rows and more takes the network's forward pass
+    and gradient from the fused kernel in float32 (``core/linalg/mlp_relu``) and lays the MLP's activations out with
+    the examples innermost in float64 (``MLP.forward_layers(examples_inner=True)``): it equals the eager step to float
+    rounding either way (the contract's 5-row minibatches keep the eager layout)."""
+    from bnnbench.core.linalg import mlp_relu
     from bnnbench.methods.gaussian.bbb import EXAMPLES_INNER_MIN_BATCH
+    calls = []
+    kernel = mlp_relu.forward
+    monkeypatch.setattr(mlp_relu, "forward", lambda x, theta, sizes: calls.append(tuple(x.shape)) or kernel(x, theta,
+                                                                                                           sizes))
     assert check_compiled("bbb", dtype, rows=EXAMPLES_INNER_MIN_BATCH) is None
+    assert compiled_graph_breaks("bbb", dtype, rows=EXAMPLES_INNER_MIN_BATCH) == 0
+    assert bool(calls) == (dtype == torch.float32 and mlp_relu.available())
+    # with a learned noise precision (NNG Table 1's BBB), whose Gamma posterior's step reads the outputs f
+    assert check_compiled("bbb", dtype, settings=COMPILED_VARIANTS[1][1], rows=EXAMPLES_INNER_MIN_BATCH) is None
 
 
 # compiled in parts by design: an eager eigensolver (LAPACK) between the compiled parts, HMC's proposal alone,

@@ -22,6 +22,7 @@ from typing import List, Optional
 import torch
 import torch.nn.functional as F
 
+from bnnbench.core.linalg import mlp_relu
 from bnnbench.core.metrics import kl_diag_gaussians
 from bnnbench.methods import gamma_noise
 from bnnbench.methods.adam import adam
@@ -61,7 +62,10 @@ class BBBState(MeanFieldState):
 
 # the compiled step's activations with the examples innermost from this minibatch size on (bench/step_ab.py against
 # the units innermost, R = 100 / 20: 1.45x / 1.01x at nng_uci's 100 rows on kin8nm, 1.14x / 1.03x at vadam_uci's 128;
-# 0.83x / 1.04x at vadam_uci's 32 on Boston, 0.76x / 0.83x at slang_uci's 10: fewer rows than a vector's lanes)
+# 0.83x / 1.04x at vadam_uci's 32 on Boston, 0.76x / 0.83x at slang_uci's 10: fewer rows than a vector's lanes), and the
+# fused kernel from this size on (against the examples innermost, R = 100 / 20: 3.2x / 1.7x at vadam_uci's 128 rows and
+# 10 samples on kin8nm, 3.2x / 1.5x at nng_uci's 100 and 10, 1.7x / 0.9-1.0x at slang_uci's 100 and 2; 0.8x / 0.8x at
+# slang_uci's 10 rows and 4 samples on Boston)
 EXAMPLES_INNER_MIN_BATCH = 64
 
 
@@ -101,10 +105,13 @@ class BBB(MeanField):
         return [torch.randn(R, S, B, d_out, generator=generator, device=batch.x.device,
                             dtype=batch.x.dtype) for _, _, _, d_out in self.model.slices]
 
-    def objective(self, state, mean, rho, batch, noise, examples_inner=False):
-        """(negative ELBO / N, NLL, KL) per replica and the outputs ``f`` of the samples."""
+    def objective(self, state, mean, rho, batch, noise, examples_inner=False, fused=False):
+        """(negative ELBO / N, NLL, KL) per replica and the outputs ``f`` of the samples; ``fused``: the network's
+        forward pass and its gradient by the fused kernel (``core/linalg/mlp_relu``)."""
         sigma = F.softplus(rho)
-        if self.cfg.local_reparam:
+        if fused:
+            f = mlp_relu.forward(batch.x, mean.unsqueeze(1) + sigma.unsqueeze(1) * noise, self.model.sizes)
+        elif self.cfg.local_reparam:
             f = self.model.forward_local_reparam(mean, sigma * sigma, batch.x, noise)
         else:
             layers = self.model.sampled_layers(mean, sigma, noise)
@@ -116,20 +123,24 @@ class BBB(MeanField):
         return nll + kl / state.n_data.to(nll.dtype), nll, kl, f
 
     def compiled_step(self, compile):
-        """``step`` compiled; on an MLP with minibatches of at least ``EXAMPLES_INNER_MIN_BATCH`` rows, its activations
-        laid out with the examples innermost (``MLP.forward_layers``)."""
+        """``step`` compiled; on an MLP with minibatches of at least ``EXAMPLES_INNER_MIN_BATCH`` rows, the network's
+        forward pass and gradient by the fused kernel (``core/linalg/mlp_relu``: a ReLU MLP in float32 on a CPU, without
+        the local reparameterisation trick), else its activations laid out with the examples innermost
+        (``MLP.forward_layers``)."""
         mlp = type(self.model) is MLP
+        kernel = mlp and not self.cfg.local_reparam and mlp_relu.available()
 
         def step(state, batch, noise, lr_scale=1.0):
             inner = mlp and batch.x.shape[1] >= EXAMPLES_INNER_MIN_BATCH
-            return self.step(state, batch, noise, lr_scale, examples_inner=inner)
+            fused = kernel and inner and mlp_relu.applies(self.model, batch.x, state.mean.dtype)
+            return self.step(state, batch, noise, lr_scale, examples_inner=inner, fused=fused)
         return compile(step)
 
-    def step(self, state, batch, noise, lr_scale=1.0, examples_inner=False):
+    def step(self, state, batch, noise, lr_scale=1.0, examples_inner=False, fused=False):
         mean = state.mean.detach().requires_grad_(True)
         rho = state.rho.detach().requires_grad_(True)
         with torch.enable_grad():
-            obj, nll, kl, f = self.objective(state, mean, rho, batch, noise, examples_inner)
+            obj, nll, kl, f = self.objective(state, mean, rho, batch, noise, examples_inner, fused)
             g_mean, g_rho = torch.autograd.grad(obj.sum(), [mean, rho])
         t = state.t + 1
         lr = self.cfg.lr * lr_scale if state.lr is None else (state.lr * lr_scale)[:, None]
