@@ -241,6 +241,21 @@ def test_bbbs_compiled_step_with_the_examples_innermost(dtype, monkeypatch):
     assert check_compiled("bbb", dtype, settings=COMPILED_VARIANTS[1][1], rows=EXAMPLES_INNER_MIN_BATCH) is None
 
 
+@pytest.mark.slow   # four compilations, about 30 s in a fresh inductor cache
+@pytest.mark.parametrize("name", ["vadam", "vprop"])
+def test_vadams_compiled_step_takes_the_fused_kernel_on_long_minibatches(name, monkeypatch):
+    """Vadam's and Vprop's compiled steps take the samples' gradients from the fused kernel (``core/linalg/mlp_relu``)
+    on minibatches of ``MIN_ROWS`` rows in float32, in one graph, and equal the eager step to float rounding."""
+    from bnnbench.core.linalg import mlp_relu
+    calls = []
+    kernel = mlp_relu.forward
+    monkeypatch.setattr(mlp_relu, "forward", lambda x, theta, sizes: calls.append(tuple(x.shape)) or kernel(x, theta,
+                                                                                                           sizes))
+    assert check_compiled(name, torch.float32, settings={"train_samples": 3}, rows=mlp_relu.MIN_ROWS) is None
+    assert compiled_graph_breaks(name, torch.float32, rows=mlp_relu.MIN_ROWS) == 0
+    assert bool(calls) == mlp_relu.available()
+
+
 # compiled in parts by design: an eager eigensolver (LAPACK) between the compiled parts, HMC's proposal alone,
 # PBP's per-point ADF update (the loop over the points and the prior's EP sweep eager), or SWAG's step without its
 # deviations' update (once an epoch). SLANG's L = 1 step traces whole: its eigensolver is an operator

@@ -24,6 +24,10 @@ import torch
 from bnnbench.core.linalg import c_kernels
 
 SOURCE = Path(__file__).with_name("mlp_relu.c")
+# the compiled steps take the kernel on minibatches of this many rows and more: below a few vectors of 16 rows its
+# padding and its per-network loops lose to torch's batched products (bench/step_ab.py, R = 100 / 20: BBB 0.8x / 0.8x at
+# slang_uci's 10 rows on Boston; 3.2x / 1.5-1.7x at nng_uci's and vadam_uci's 100 and 128 on kin8nm)
+MIN_ROWS = 64
 
 
 @functools.lru_cache(maxsize=1)

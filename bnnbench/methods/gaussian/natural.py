@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from bnnbench.core.linalg import mlp_relu
 from bnnbench.core.linalg.per_example import forward_cache, sum_grads, sum_sq_grads, sums_over_samples
 from bnnbench.methods.base import likelihood_of
 
@@ -28,7 +29,14 @@ def flat_grads(grads) -> torch.Tensor:
 
 def sample_gradients(method, state, layers, batch):
     """Gradient of the minibatch-mean negative log-likelihood at each sample: ``[R, S, P]``,
-    and the per-replica mean NLL ``[R]``."""
+    and the per-replica mean NLL ``[R]``. ``layers``: per-layer leaves (``leaf_layers``), or the samples' flat
+    parameters ``theta [R, S, P]`` (a leaf), whose ReLU network the fused kernel computes (``core/linalg/mlp_relu``)."""
+    if isinstance(layers, torch.Tensor):
+        with torch.enable_grad():
+            f = mlp_relu.forward(batch.x, layers, method.model.sizes)
+            nll = -likelihood_of(state, method.likelihood).log_prob(f, batch.y).mean(-1)  # [R, S]
+            (g,) = torch.autograd.grad(nll.sum(), layers)
+        return g, nll.mean(1).detach()
     with torch.enable_grad():
         f = method.model.forward_layers(layers, batch.x)
         nll = -likelihood_of(state, method.likelihood).log_prob(f, batch.y).mean(-1)  # [R, S]

@@ -19,6 +19,7 @@ from typing import List, Optional
 
 import torch
 
+from bnnbench.core.linalg import mlp_relu
 from bnnbench.methods.base import Problem, hyper_state
 from bnnbench.methods.settings import MethodConfig
 from bnnbench.methods.gaussian.mean_field import DiagonalPrecision, MeanFieldState
@@ -79,9 +80,24 @@ class Vadam(DiagonalPrecision):
         """The posterior precision N s + lambda."""
         return state.n_data.to(state.s.dtype)[:, None] * state.s + state.prior_prec
 
-    def step(self, state, batch, noise, lr_scale=1.0):
+    def compiled_step(self, compile):
+        """``step`` compiled; a ReLU MLP's samples' gradients in float32 on a CPU by the fused kernel
+        (``core/linalg/mlp_relu``) on minibatches of at least ``mlp_relu.MIN_ROWS`` rows."""
+        kernel = mlp_relu.available()
+
+        def step(state, batch, noise, lr_scale=1.0):
+            fused = (kernel and batch.x.shape[1] >= mlp_relu.MIN_ROWS
+                     and mlp_relu.applies(self.model, batch.x, state.mean.dtype))
+            return self.step(state, batch, noise, lr_scale, fused=fused)
+        return compile(step)
+
+    def step(self, state, batch, noise, lr_scale=1.0, fused=False):
         mean, s = state.mean, state.s
-        g, nll = sample_gradients(self, state, leaf_layers(self.model, mean, self.std(state), noise), batch)
+        if fused:
+            theta = (mean.unsqueeze(1) + self.std(state).unsqueeze(1) * noise).detach().requires_grad_(True)
+            g, nll = sample_gradients(self, state, theta, batch)
+        else:
+            g, nll = sample_gradients(self, state, leaf_layers(self.model, mean, self.std(state), noise), batch)
         g_bar, g2_bar = g.mean(1), (g * g).mean(1)
         lam_t = state.prior_prec / state.n_data.to(mean.dtype)[:, None]
         t = state.t + 1
