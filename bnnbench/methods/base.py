@@ -179,6 +179,11 @@ class Method:
                 generator: torch.Generator) -> Predictive:
         raise NotImplementedError
 
+    def compiled_predict(self):
+        """``predict`` as a run with the ``compile`` setting evaluates (``engine.evaluate``): the same draws and the
+        same predictive to float rounding, faster where a method says how; by default ``predict`` itself."""
+        return self.predict
+
     def kl(self, state: State) -> torch.Tensor | None:
         """KL(q || p) per replica ``[R]`` for methods whose step objective is the data term only (the
         engine then records ``mean NLL over the epoch + KL / N`` as the training objective when it

@@ -213,7 +213,7 @@ def make_batch(data: ReplicaData, rows: torch.Tensor) -> Batch:
 
 
 def _predictions(method: Method, state: State, data: ReplicaData, n_samples: int, generator: torch.Generator,
-                 task: str, max_elems: int = 2 ** 24):
+                 task: str, max_elems: int = 2 ** 24, predict=None):
     """Yield ``(u, f, tau, mask)`` per chunk of replicas: their data indices, the sampled outputs ``[r, S, T]``
     (regression: in original target units) or ``[r, S, T, K]``, the noise precisions (original units) and the mask
     of the evaluation rows.
@@ -221,6 +221,7 @@ def _predictions(method: Method, state: State, data: ReplicaData, n_samples: int
     Replicas are predicted in chunks, and a replica's ``n_samples`` posterior samples too when one
     replica's activations for all of them exceed ``max_elems`` (MNIST's 1000 samples x 10k test
     images): the chunks draw independent samples in turn and are concatenated along the sample axis."""
+    predict = method.predict if predict is None else predict
     R = data.n_replicas
     t_max = data.x_eval.shape[1]
     width = getattr(method, "activation_width", lambda: max(method.model.sizes))()  # Method's; duck-typed: the MLP's
@@ -232,7 +233,7 @@ def _predictions(method: Method, state: State, data: ReplicaData, n_samples: int
             idx = torch.arange(lo, min(R, lo + chunk), device=data.data_index.device)
             u = data.data_index[idx]
             sub = state[idx]
-            parts = [method.predict(sub, data.x_eval[u], min(s_chunk, n_samples - s), generator)
+            parts = [predict(sub, data.x_eval[u], min(s_chunk, n_samples - s), generator)
                      for s in range(0, n_samples, s_chunk)]
             f = torch.cat([p.f for p in parts], dim=1)
             tau = parts[0].noise_prec
@@ -246,10 +247,11 @@ def _predictions(method: Method, state: State, data: ReplicaData, n_samples: int
 
 
 def evaluate(method: Method, state: State, data: ReplicaData, n_samples: int, generator: torch.Generator,
-             task: str, max_elems: int = 2 ** 24) -> dict[str, torch.Tensor]:
-    """Metrics ``[R]`` on each replica's evaluation set, in original target units (``_predictions``)."""
+             task: str, max_elems: int = 2 ** 24, predict=None) -> dict[str, torch.Tensor]:
+    """Metrics ``[R]`` on each replica's evaluation set, in original target units (``_predictions``), from
+    ``predict`` (``method.predict``, or as the ``compile`` setting runs it: ``method.compiled_predict()``)."""
     out: dict[str, list[torch.Tensor]] = {}
-    for u, f, tau, mask in _predictions(method, state, data, n_samples, generator, task, max_elems):
+    for u, f, tau, mask in _predictions(method, state, data, n_samples, generator, task, max_elems, predict):
         if task == "regression":
             m = regression_metrics(f, tau, data.y_eval[u], mask)
         else:
@@ -326,6 +328,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
                initial=start, total=epochs)
     lr_scale = 1.0
     update = compiled_update(method, data.x_train.device) if compile else method.update
+    predict = method.compiled_predict() if compile else method.predict
     eta = EtaNotice(announce_eta, skip_first=update != method.update)   # a bound method: == compares its function
     for epoch in bar:
         if lr_drop and epoch >= float(lr_drop["at"]) * epochs:
@@ -359,7 +362,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
         eta.epoch_done(epoch + 1 - start, epochs - epoch - 1)
         if last or (eval_every and (epoch + 1) % eval_every == 0):
             m = evaluate(method, state, data, eval_samples_final if last and eval_samples_final else eval_samples,
-                         generator, task)
+                         generator, task, predict=predict)
             m["train_objective"] = obj_sum / max(1, n_batches)
             kl = method.kl(state)
             if kl is not None:  # negative ELBO per data point: the epoch's mean NLL + KL(q || p) / N

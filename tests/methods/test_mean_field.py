@@ -95,3 +95,30 @@ def test_a_learned_noise_precision_is_drawn_from_q_tau_per_sample(name):
     ref = torch.distributions.Gamma(a[:, None].expand(-1, 7), b[:, None].expand(-1, 7)).sample()
     assert pred.noise_prec.shape == (R, 7) and torch.equal(pred.noise_prec, ref)
     assert math.isclose(state.noise_prec[0].item(), (a[0] / b[0]).item(), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(CFGS))
+def test_compiled_predictions_are_the_same_draws_through_the_fused_kernel(name):
+    """``compiled_predict`` (a run with ``compile=true`` evaluates with it): in float32 on a CPU the same networks
+    theta_s = mu + sigma * eps_s from the same draws, computed by the fused kernel, to float32 rounding; in float64 it
+    is ``predict`` itself."""
+    from bnnbench.core.linalg import mlp_relu
+    model, method, state = _trained(name, CFGS[name])
+    x = torch.randn(R, 37, 3, generator=torch.Generator().manual_seed(1), dtype=DT)
+    ref = method.predict(state, x, 9, torch.Generator().manual_seed(2))
+    assert method.compiled_predict()(state, x, 9, torch.Generator().manual_seed(2)).f.equal(ref.f)   # float64
+    state32 = state.map(lambda t: t.float() if t.is_floating_point() else t)
+    ref = method.predict(state32, x.float(), 9, torch.Generator().manual_seed(2))
+    pred = method.compiled_predict()(state32, x.float(), 9, torch.Generator().manual_seed(2))
+    assert pred.f.dtype == torch.float32 and pred.f.shape == ref.f.shape
+    assert (pred.f - ref.f).abs().max() <= 1e-5 * ref.f.abs().max()
+    assert torch.equal(pred.noise_prec, ref.noise_prec)
+    if mlp_relu.available():
+        calls = []
+        kernel = mlp_relu.forward
+        mlp_relu.forward = lambda *a: calls.append(1) or kernel(*a)
+        try:
+            method.compiled_predict()(state32, x.float(), 9, torch.Generator().manual_seed(2))
+        finally:
+            mlp_relu.forward = kernel
+        assert calls
