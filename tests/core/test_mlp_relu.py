@@ -70,3 +70,12 @@ def test_a_dead_unit_passes_no_gradient():
     W_grad = g[0, 0, w].view(2, 3)
     assert torch.all(W_grad[:, 1] == 0) and g[0, 0, b.start + 1] == 0
     assert torch.all(W_grad[:, 0] != 0)
+
+
+def test_it_applies_to_small_relu_networks_in_float32_on_a_cpu():
+    x = torch.zeros(2, 70, 8)
+    assert mlp_relu.applies(MLP([8, 50, 1]), x, torch.float32)
+    assert not mlp_relu.applies(MLP([8, 50, 1], activation="tanh"), x, torch.float32)
+    assert not mlp_relu.applies(MLP([8, 50, 1]), x.double(), torch.float64)
+    assert not mlp_relu.applies(MLP([784, 400, 400, 10]), torch.zeros(2, 70, 784), torch.float32)   # MAX_WIDTH
+    assert not mlp_relu.applies(MLP([8, 50, 1]), x.requires_grad_(True), torch.float32)

@@ -28,6 +28,10 @@ SOURCE = Path(__file__).with_name("mlp_relu.c")
 # padding and its per-network loops lose to torch's batched products (bench/step_ab.py, R = 100 / 20: BBB 0.8x / 0.8x at
 # slang_uci's 10 rows on Boston; 3.2x / 1.5-1.7x at nng_uci's and vadam_uci's 100 and 128 on kin8nm)
 MIN_ROWS = 64
+# and on networks whose layers have at most this many units: the UCI nets it was measured on (up to 13 inputs, 50
+# hidden units); a wide layer (MNIST's 784-400-400-10) is a GEMM that torch's BLAS runs near the core's peak, on all
+# its threads, where the kernel takes one
+MAX_WIDTH = 128
 
 
 @functools.lru_cache(maxsize=1)
@@ -46,11 +50,11 @@ def available() -> bool:
 
 
 def applies(model, x: torch.Tensor, theta_dtype: torch.dtype) -> bool:
-    """Whether the kernel computes ``model`` on inputs ``x``: a ReLU MLP, float32 CPU tensors, inputs that need no
-    gradient (a caller checks ``available`` once, outside a compiled step)."""
+    """Whether the kernel computes ``model`` on inputs ``x``: a ReLU MLP of layers up to ``MAX_WIDTH`` units, float32
+    CPU tensors, inputs that need no gradient (a caller checks ``available`` once, outside a compiled step)."""
     from bnnbench.core.models.mlp import MLP
-    return (type(model) is MLP and model.activation == "relu" and x.device.type == "cpu"
-            and x.dtype == theta_dtype == torch.float32 and not x.requires_grad)
+    return (type(model) is MLP and model.activation == "relu" and max(model.sizes) <= MAX_WIDTH
+            and x.device.type == "cpu" and x.dtype == theta_dtype == torch.float32 and not x.requires_grad)
 
 
 def _sizes(sizes: list[int]) -> torch.Tensor:
