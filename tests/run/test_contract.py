@@ -221,6 +221,16 @@ def test_slangs_compiled_step_on_the_boards_gram_matrices(dtype, monkeypatch):
     assert calls and set(calls) == {(8, 129, 129)}
 
 
+def _kernel_calls(monkeypatch) -> list:
+    """The input shapes of each trace of the fused ReLU-network kernel (``core/linalg/mlp_relu.forward``) from now."""
+    from bnnbench.core.linalg import mlp_relu
+    calls = []
+    kernel = mlp_relu.forward
+    monkeypatch.setattr(mlp_relu, "forward", lambda x, theta, sizes: calls.append(tuple(x.shape)) or kernel(x, theta,
+                                                                                                           sizes))
+    return calls
+
+
 @pytest.mark.slow   # two compilations, about 20 s in a fresh inductor cache
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 def test_bbbs_compiled_step_with_the_examples_innermost(dtype, monkeypatch):
@@ -230,10 +240,7 @@ def test_bbbs_compiled_step_with_the_examples_innermost(dtype, monkeypatch):
     rounding either way (the contract's 5-row minibatches keep the eager layout)."""
     from bnnbench.core.linalg import mlp_relu
     from bnnbench.methods.gaussian.bbb import EXAMPLES_INNER_MIN_BATCH
-    calls = []
-    kernel = mlp_relu.forward
-    monkeypatch.setattr(mlp_relu, "forward", lambda x, theta, sizes: calls.append(tuple(x.shape)) or kernel(x, theta,
-                                                                                                           sizes))
+    calls = _kernel_calls(monkeypatch)
     assert check_compiled("bbb", dtype, rows=EXAMPLES_INNER_MIN_BATCH) is None
     assert compiled_graph_breaks("bbb", dtype, rows=EXAMPLES_INNER_MIN_BATCH) == 0
     assert bool(calls) == (dtype == torch.float32 and mlp_relu.available())
@@ -247,10 +254,7 @@ def test_vadams_compiled_step_takes_the_fused_kernel_on_long_minibatches(name, m
     """Vadam's and Vprop's compiled steps take the samples' gradients from the fused kernel (``core/linalg/mlp_relu``)
     on minibatches of ``MIN_ROWS`` rows in float32, in one graph, and equal the eager step to float rounding."""
     from bnnbench.core.linalg import mlp_relu
-    calls = []
-    kernel = mlp_relu.forward
-    monkeypatch.setattr(mlp_relu, "forward", lambda x, theta, sizes: calls.append(tuple(x.shape)) or kernel(x, theta,
-                                                                                                           sizes))
+    calls = _kernel_calls(monkeypatch)
     assert check_compiled(name, torch.float32, settings={"train_samples": 3}, rows=mlp_relu.MIN_ROWS) is None
     assert compiled_graph_breaks(name, torch.float32, rows=mlp_relu.MIN_ROWS) == 0
     assert bool(calls) == mlp_relu.available()

@@ -8,6 +8,7 @@
    (B padded with zeros to whole vectors of V examples), in a scratch buffer that stays in the core's cache; the
    products register-blocked over units x examples with GCC's vector extensions. The sums run in another order than
    a BLAS GEMM's: the results agree with torch's to float32 rounding, not bitwise. */
+#include <stdint.h>
 #include <string.h>
 
 #define V 16
@@ -98,7 +99,9 @@ long mlp_relu_work(long B, const long *d, long L) {   /* floats of scratch, with
     return s + 2 * Bp * mx + V;
 }
 
-static float *aligned(float *w) { return (float *)(((unsigned long)w + V * sizeof(float) - 1) & ~(unsigned long)(V * sizeof(float) - 1)); }
+static float *aligned(float *w) {
+    return (float *)(((uintptr_t)w + V * sizeof(float) - 1) & ~(uintptr_t)(V * sizeof(float) - 1));
+}
 
 /* acts: a_0^T (x, transposed, zero-padded), then each layer's output, [d_l, Bp] each. */
 static void forward_all(const float *restrict th, long Bp, const long *d, long L, float *acts) {

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from bnnbench.core.linalg import c_kernels
+from bnnbench.core.models.mlp import MLP
 
 SOURCE = Path(__file__).with_name("mlp_relu.c")
 # the compiled steps take the kernel on minibatches of this many rows and more: below a few vectors of 16 rows its
@@ -52,7 +53,6 @@ def available() -> bool:
 def applies(model, x: torch.Tensor, theta_dtype: torch.dtype) -> bool:
     """Whether the kernel computes ``model`` on inputs ``x``: a ReLU MLP of layers up to ``MAX_WIDTH`` units, float32
     CPU tensors, inputs that need no gradient (a caller checks ``available`` once, outside a compiled step)."""
-    from bnnbench.core.models.mlp import MLP
     return (type(model) is MLP and model.activation == "relu" and max(model.sizes) <= MAX_WIDTH
             and x.device.type == "cpu" and x.dtype == theta_dtype == torch.float32 and not x.requires_grad)
 

@@ -62,10 +62,8 @@ class BBBState(MeanFieldState):
 
 # the compiled step's activations with the examples innermost from this minibatch size on (bench/step_ab.py against
 # the units innermost, R = 100 / 20: 1.45x / 1.01x at nng_uci's 100 rows on kin8nm, 1.14x / 1.03x at vadam_uci's 128;
-# 0.83x / 1.04x at vadam_uci's 32 on Boston, 0.76x / 0.83x at slang_uci's 10: fewer rows than a vector's lanes), and the
-# fused kernel from this size on (against the examples innermost, R = 100 / 20: 3.2x / 1.7x at vadam_uci's 128 rows and
-# 10 samples on kin8nm, 3.2x / 1.5x at nng_uci's 100 and 10, 1.7x / 0.9-1.0x at slang_uci's 100 and 2; 0.8x / 0.8x at
-# slang_uci's 10 rows and 4 samples on Boston)
+# 0.83x / 1.04x at vadam_uci's 32 on Boston, 0.76x / 0.83x at slang_uci's 10: fewer rows than a vector's lanes); the
+# fused kernel takes over from mlp_relu.MIN_ROWS (the same 64) rows on
 EXAMPLES_INNER_MIN_BATCH = 64
 
 
@@ -123,16 +121,17 @@ class BBB(MeanField):
         return nll + kl / state.n_data.to(nll.dtype), nll, kl, f
 
     def compiled_step(self, compile):
-        """``step`` compiled; on an MLP with minibatches of at least ``EXAMPLES_INNER_MIN_BATCH`` rows, the network's
-        forward pass and gradient by the fused kernel (``core/linalg/mlp_relu``: a ReLU MLP in float32 on a CPU, without
-        the local reparameterisation trick), else its activations laid out with the examples innermost
-        (``MLP.forward_layers``)."""
+        """``step`` compiled; on minibatches of at least ``mlp_relu.MIN_ROWS`` rows, the network's forward pass and
+        gradient by the fused kernel (``core/linalg/mlp_relu``: a ReLU MLP in float32 on a CPU, without the local
+        reparameterisation trick), else, on an MLP with minibatches of at least ``EXAMPLES_INNER_MIN_BATCH`` rows, its
+        activations laid out with the examples innermost (``MLP.forward_layers``)."""
         mlp = type(self.model) is MLP
         kernel = mlp and not self.cfg.local_reparam and mlp_relu.available()
 
         def step(state, batch, noise, lr_scale=1.0):
             inner = mlp and batch.x.shape[1] >= EXAMPLES_INNER_MIN_BATCH
-            fused = kernel and inner and mlp_relu.applies(self.model, batch.x, state.mean.dtype)
+            fused = (kernel and batch.x.shape[1] >= mlp_relu.MIN_ROWS
+                     and mlp_relu.applies(self.model, batch.x, state.mean.dtype))
             return self.step(state, batch, noise, lr_scale, examples_inner=inner, fused=fused)
         return compile(step)
 
