@@ -1,6 +1,7 @@
-"""The package's small C kernels (``top_eigpair.c``, ``chol_root.c``), built at first use with the system's C compiler
-(``$CC``, else ``cc``) for this machine (``-march=native``) and cached under the cache directory (``kernels/``), keyed
-by the source, the compiler, its flags and the CPU's features; loaded with ctypes. Where one cannot be built, its
+"""The package's small C kernels (``top_eigpair.c``, ``chol_root.c``, ...), built at first use with the system's C
+compiler (``$CC``, else ``cc``) for this machine (``-march=native``) and cached under the cache directory
+(``kernels/``), keyed by the source, the headers beside it, the compiler, its flags and the CPU's features; loaded
+with ctypes. Where one cannot be built, its
 caller says so once (a warning) and uses LAPACK."""
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def build(source: Path, what: str, signatures: dict) -> ctypes.CDLL | None:
     RuntimeWarning that names ``what`` falls back to LAPACK."""
     from bnnbench.core.data.store import cache_dir
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    key = hashlib.sha256(source.read_bytes() + repr((cc, FLAGS, _cpu_features())).encode()).hexdigest()[:16]
+    text = source.read_bytes() + b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))
+    key = hashlib.sha256(text + repr((cc, FLAGS, _cpu_features())).encode()).hexdigest()[:16]
     path = cache_dir() / "kernels" / f"{source.stem}-{key}.so"
     try:
         if not path.exists():

@@ -27,11 +27,13 @@ from dataclasses import dataclass
 
 import torch
 
+from bnnbench.core.linalg import outer_times
 from bnnbench.core.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag, nystrom_eig,
                                       top_eigh)
 from bnnbench.core.linalg.per_example import (backprop, collapse_samples, forward_cache, gradient_gram,
                                               gradient_t_times, gradient_times, layer_factors, materialise, sum_grads,
                                               sum_sq_grads)
+from bnnbench.core.models.mlp import MLP
 from bnnbench.methods.base import Method, Problem, hyper_state, likelihood_of, standard_normal
 from bnnbench.methods.settings import MethodConfig
 from bnnbench.methods.gaussian.natural import as_leaves
@@ -124,11 +126,14 @@ class SLANG(Method):
         the likelihood's ``grad_f``) instead of by autograd. The Gram matrices' eigensolver on the CPU: for L = 1
         and matrices up to 64 x 64 (the small UCI sets'), or up to 144 x 144 for 8 or more replicas (the boards'
         129 x 129), the SIMD kernel of ``linalg.top_eigpair``, an operator inside the graph (the eager step's LAPACK
-        eigenpairs to float rounding); else LAPACK, eagerly between the compiled parts (``top_eigh``)."""
+        eigenpairs to float rounding); else LAPACK, eagerly between the compiled parts (``top_eigh``). The randomised
+        eigensolvers' products with the per-example gradients' outer products: on the CPU in float32, the kernel of
+        ``linalg.outer_times``, an operator inside the graph."""
+        outer = outer_times.available()
         return compile(lambda state, batch, noise, lr_scale=1.0: self.step(state, batch, noise, lr_scale,
-                                                                          closed_form=True))
+                                                                          closed_form=True, outer=outer))
 
-    def step(self, state, batch, noise, lr_scale=1.0, closed_form=False):
+    def step(self, state, batch, noise, lr_scale=1.0, closed_form=False, outer=False):
         eps, probes = noise
         mean, U, d, lam = state.mean, state.U, state.d, state.prior_prec
         R, P, L = U.shape
@@ -161,7 +166,7 @@ class SLANG(Method):
 
         sq_norm = _sum_sq if closed_form else _sq_vector_norm
         old_diag = (1 - beta) * sq_norm(U) + beta * diag_G
-        U_new = self.top_eig(U, acts, gs, beta, scale, probes, kernel="simd" if closed_form else "lapack")
+        U_new = self.top_eig(U, acts, gs, beta, scale, probes, kernel="simd" if closed_form else "lapack", outer=outer)
         d_new = (1 - beta) * d + beta * lam + (old_diag - sq_norm(U_new)).clamp_min(0)
 
         rho = self.cfg.momentum
@@ -182,10 +187,11 @@ class SLANG(Method):
     def kl(self, state):
         return kl_low_rank_to_diag(state.mean, state.U, state.d, state.prior_prec)
 
-    def top_eig(self, U, acts, gs, beta, scale, probes, kernel="lapack"):
+    def top_eig(self, U, acts, gs, beta, scale, probes, kernel="lapack", outer=False):
         """Top-L eigen-decomposition of (1 - beta) U U^T + beta G_hat, returned as V diag(sqrt(e)); ``kernel``: the
         Gram matrix's eigensolver on the CPU (``top_eigh``: LAPACK, or for the compiled step the SIMD kernel where it
-        wins)."""
+        wins); ``outer``: the randomised eigensolvers' products with G_hat by ``outer_times``' kernel where it
+        applies."""
         R, P, L = U.shape
         c = torch.sqrt(beta * scale)[:, :, None]                          # [R, 1, 1]
         a_U = torch.sqrt(1 - beta)[:, :, None]
@@ -193,10 +199,12 @@ class SLANG(Method):
         materialised = self.cfg.per_example == "materialised"
         n = acts[0].shape[1] * acts[0].shape[2]                              # S * M per-example gradients
         dense = how == "gram" and P <= n + L  # small models: eigh of the P x P matrix itself is the cheaper exact route
+        fused = (outer and how in ("randomized", "nystrom") and not materialised and type(self.model) is MLP
+                 and outer_times.applies(acts, gs))
         G = factors = None   # bound on every path: the closures below read them (and dynamo traces them)
         if materialised:
             G = materialise(self.model, acts, gs) * c                      # [R, P, n]
-        elif not dense:
+        elif not (dense or fused):
             factors = layer_factors(acts, gs)
 
         def Gt(V):
@@ -230,8 +238,18 @@ class SLANG(Method):
         if how not in ("randomized", "nystrom"):
             raise ValueError(f"unknown eig {how!r}; valid: gram, randomized, nystrom")
 
+        if fused:
+            packed, layers, S, M = outer_times.pack(acts, gs)
+            c2 = (c * c).view(R)
+
+            def GGt(Y):
+                return outer_times.times(packed, layers, S, M, Y, c2)
+        else:
+            def GGt(Y):
+                return Gx(Gt(Y))
+
         def A(Y):
-            return a_U ** 2 * (U @ (U.transpose(1, 2) @ Y)) + Gx(Gt(Y))
+            return a_U ** 2 * (U @ (U.transpose(1, 2) @ Y)) + GGt(Y)
 
         eig = fast_eig if how == "randomized" else nystrom_eig
         e, V = eig(A, probes, L, n_iter=self.cfg.n_iter)

@@ -1,0 +1,193 @@
+/* out = c2 G G^T Y in float32 for R replicas: G [P, n] the per-example gradients of an MLP's n = S M (sample, example)
+   pairs, never formed (core/linalg/outer_times.py). Layer l's block of G^T Y and of G W, for the layer's inputs with a
+   1 appended a_i [j] and back-propagated gradients g_i [o] (example i's gradient a_i g_i^T) and Y's block [j, o, k]:
+
+       (G^T Y)_ik = sum_o g_io X_iok,   X_i = a_i^T Y   (summed over layers),
+       (G W)_jok  = sum_i a_ij H_iok,   H_iok = g_io W_ik.
+
+   Where the S samples share a layer's inputs (the first layer: the data), X is formed once per example and H summed
+   over the samples before the product with a: a pass over M, not S M, examples. The inputs and gradients are
+   transposed once a step (outer_pack: examples innermost, each sample's M padded with zeros to whole vectors); the
+   products take one replica at a time, in a scratch buffer that stays in the core's cache, by blocked.h's products. */
+#include "blocked.h"
+
+static long width(long S, long M, const long *shared, long l) { return shared[l] ? padded(M) : S * padded(M); }
+
+long outer_pack_size(long S, long M, const long *j, const long *o, const long *shared, long L) {
+    long w = 0;
+    for (long l = 0; l < L; l++) w += j[l] * width(S, M, shared, l) + o[l] * S * padded(M);
+    return w;
+}
+
+typedef float vfu __attribute__((vector_size(V * sizeof(float)), aligned(sizeof(float))));   /* unaligned loads */
+
+/* One round of a 16 x 16 transpose in registers: rows i and i + d (i & d = 0) swap their off-diagonal d x d blocks,
+   r[i][q] = q & d ? r[i + d][q - d] : r[i][q] and r[i + d][q] = q & d ? r[i + d][q] : r[i][q + d] (the masks lo, hi). */
+#define SWAP(d, lo, hi)                                                                                       \
+    for (long i = 0; i < V; i++)                                                                              \
+        if (!(i & (d))) {                                                                                     \
+            vf a_ = r[i], b_ = r[i + (d)];                                                                    \
+            r[i] = __builtin_shuffle(a_, b_, lo);                                                             \
+            r[i + (d)] = __builtin_shuffle(a_, b_, hi);                                                       \
+        }
+
+/* dst[c * ld + m] = src[m * rs + c * cs] for m < M, c < C: 16 x 16 blocks transposed in registers by four rounds of
+   SWAP where the columns are contiguous (cs = 1), element by element elsewhere. */
+static void transpose(const float *src, long rs, long cs, long M, long C, float *dst, long ld) {
+    long m0 = 0;
+    if (cs == 1)
+        for (; m0 + V <= M; m0 += V) {
+            long c0 = 0;
+            for (; c0 + V <= C; c0 += V) {
+                vf r[V];
+                for (long i = 0; i < V; i++) r[i] = *(const vfu *)(src + (m0 + i) * rs + c0);
+                SWAP(8, ((vi){0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}),
+                     ((vi){8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}));
+                SWAP(4, ((vi){0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}),
+                     ((vi){4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}));
+                SWAP(2, ((vi){0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}),
+                     ((vi){2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}));
+                SWAP(1, ((vi){0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}),
+                     ((vi){1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}));
+                for (long i = 0; i < V; i++) *(vf *)(dst + (c0 + i) * ld + m0) = r[i];
+            }
+            for (long m = m0; m < m0 + V; m++)
+                for (long c = c0; c < C; c++) dst[c * ld + m] = src[m * rs + c];
+        }
+    for (long m = m0; m < M; m++)
+        for (long c = 0; c < C; c++) dst[c * ld + m] = src[m * rs + c * cs];
+}
+
+/* packed[r]: per layer a^T [j, Ml] (the inputs a[r, s, m, :] with a 1 appended; Ml = Mp where shared, else S Mp) and
+   g^T [o, S Mp], each sample's M examples padded with zeros to Mp, a whole number of vectors; a[l] and g[l] read
+   through their strides (astr, gstr: replica, sample, example, unit). Once a step: the products reuse it. */
+void outer_pack(const float *const *a, const long *astr, const float *const *g, const long *gstr, const long *j,
+                const long *o, const long *shared, long L, long R, long S, long M, float *packed) {
+    long Mp = padded(M), n = S * Mp, W = outer_pack_size(S, M, j, o, shared, L);
+    for (long r = 0; r < R; r++) {
+        float *p = packed + r * W;
+        for (long l = 0; l < L; l++) {
+            long Sl = shared[l] ? 1 : S, Ml = Sl * Mp;
+            const long *as = astr + 4 * l, *gs = gstr + 4 * l;
+            for (long s = 0; s < Sl; s++) {
+                float *dst = p + s * Mp;
+                transpose(a[l] + r * as[0] + s * as[1], as[2], as[3], M, j[l] - 1, dst, Ml);
+                for (long m = 0; m < M; m++) dst[(j[l] - 1) * Ml + m] = 1.0f;
+                for (long jj = 0; jj < j[l]; jj++) memset(dst + jj * Ml + M, 0, (Mp - M) * sizeof(float));
+            }
+            p += j[l] * Ml;
+            for (long s = 0; s < S; s++) {
+                float *dst = p + s * Mp;
+                transpose(g[l] + r * gs[0] + s * gs[1], gs[2], gs[3], M, o[l], dst, n);
+                for (long oo = 0; oo < o[l]; oo++) memset(dst + oo * n + M, 0, (Mp - M) * sizeof(float));
+            }
+            p += o[l] * n;
+        }
+    }
+}
+
+long outer_times_work(long S, long M, const long *o, long L, long k) {
+    long n = S * padded(M), mx = 0;
+    for (long l = 0; l < L; l++) if (o[l] * k > mx) mx = o[l] * k;
+    return k * n + 2 * padded(mx) * n + 2 * padded(mx) + V;
+}
+
+/* out[jj, c] = sum_m aT[jj, m] H[m, c] for jj < j, c < C (H [Ml, ld], its columns up to ld zero): blocks of 4 rows x
+   5 vectors of columns in registers, a block at the edge repeating its last row or vector (computed, not stored). */
+static void rows_times(const float *restrict aT, long j, long Ml, const float *restrict H, long ld, long C,
+                       float *restrict out) {
+    long nvc = ld / V;
+    for (long j0 = 0; j0 < j; j0 += 4) {
+        long nj = j - j0 < 4 ? j - j0 : 4, q1 = nj > 1, q2 = nj > 2 ? 2 : q1, q3 = nj > 3 ? 3 : q2;
+        const float *a0 = aT + j0 * Ml, *a1 = aT + (j0 + q1) * Ml, *a2 = aT + (j0 + q2) * Ml, *a3 = aT + (j0 + q3) * Ml;
+        for (long c0 = 0; c0 < nvc; c0 += 5) {
+            long nc = nvc - c0 < 5 ? nvc - c0 : 5, u[5];
+            for (long i = 0; i < 5; i++) u[i] = i < nc ? i : nc - 1;
+            vf acc[4][5] = {{{0}}};
+            for (long m = 0; m < Ml; m++) {
+                const vf *h = (const vf *)(H + m * ld) + c0;
+                vf h0 = h[u[0]], h1 = h[u[1]], h2 = h[u[2]], h3 = h[u[3]], h4 = h[u[4]];
+                vf x[4] = {splat(a0[m]), splat(a1[m]), splat(a2[m]), splat(a3[m])};
+                for (long q = 0; q < 4; q++) {
+                    acc[q][0] += x[q] * h0; acc[q][1] += x[q] * h1; acc[q][2] += x[q] * h2;
+                    acc[q][3] += x[q] * h3; acc[q][4] += x[q] * h4;
+                }
+            }
+            for (long q = 0; q < nj; q++)
+                for (long i = 0; i < nc; i++) {
+                    long c = (c0 + i) * V;
+                    float *dst = out + (j0 + q) * C + c;
+                    if (c + V <= C) *(vfu *)dst = acc[q][i];
+                    else for (long e = 0; c + e < C; e++) dst[e] = acc[q][i][e];
+                }
+        }
+    }
+}
+
+void outer_times(const float *packed, const long *j, const long *o, const long *shared, long L, const float *Y,
+                 const float *c2, float *out, long R, long S, long M, long k, float *work) {
+    long Mp = padded(M), n = S * Mp, nv = Mp / V, P = 0, mx = 0, W = outer_pack_size(S, M, j, o, shared, L);
+    for (long l = 0; l < L; l++) {
+        P += j[l] * o[l];
+        if (o[l] * k > mx) mx = o[l] * k;
+    }
+    float *TT = aligned(work), *XT = TT + k * n, *H = XT + padded(mx) * n, *zero = H + padded(mx) * n,
+          *db = zero + padded(mx);
+    const float *aT[L], *gT[L];
+    memset(zero, 0, mx * sizeof(float));
+    memset(H, 0, padded(mx) * n * sizeof(float));   /* columns past o k stay zero */
+    for (long r = 0; r < R; r++) {
+        const float *p = packed + r * W;
+        for (long l = 0; l < L; l++) {
+            aT[l] = p; p += j[l] * width(S, M, shared, l);
+            gT[l] = p; p += o[l] * n;
+        }
+        memset(TT, 0, k * n * sizeof(float));
+        const float *Yr = Y + r * P * k;
+        float *outr = out + r * P * k;
+        for (long l = 0, off = 0; l < L; off += j[l] * o[l], l++) {   /* T^T [k, n] = (G^T Y)^T */
+            long Ml = shared[l] ? Mp : n, ok = o[l] * k;
+            layer_fwd(aT[l], j[l], Ml, Yr + off * k, zero, ok, XT, 0);   /* X^T [o k, Ml] = Y_l^T a^T */
+            for (long s = 0; s < S; s++) {   /* T^T[kk, s] += sum_o g^T[o, s] X^T[o k + kk]: blocks of 4 vectors */
+                long xs = shared[l] ? 0 : s * Mp;
+                for (long kk = 0; kk < k; kk++)
+                    for (long v0 = 0; v0 < nv; v0 += 4) {
+                        long nb = nv - v0 < 4 ? nv - v0 : 4, u1 = nb > 1, u2 = nb > 2 ? 2 : u1, u3 = nb > 3 ? 3 : u2;
+                        vf *t = (vf *)(TT + kk * n + s * Mp) + v0;
+                        vf t0 = t[0], t1 = t[u1], t2 = t[u2], t3 = t[u3];
+                        for (long oo = 0; oo < o[l]; oo++) {
+                            const vf *gv = (const vf *)(gT[l] + oo * n + s * Mp) + v0,
+                                     *xv = (const vf *)(XT + (oo * k + kk) * Ml + xs) + v0;
+                            t0 += gv[0] * xv[0]; t1 += gv[u1] * xv[u1]; t2 += gv[u2] * xv[u2]; t3 += gv[u3] * xv[u3];
+                        }
+                        vf tb[4] = {t0, t1, t2, t3};
+                        for (long u = 0; u < nb; u++) t[u] = tb[u];
+                    }
+            }
+        }
+        vf c = splat(c2[r]);
+        for (long v = 0; v < k * n / V; v++) ((vf *)TT)[v] *= c;
+        for (long l = 0, off = 0; l < L; off += j[l] * o[l], l++) {   /* (G W)_l with W = c2 T */
+            long Ml = shared[l] ? Mp : n, ok = o[l] * k;
+            for (long oo = 0; oo < o[l]; oo++)
+                for (long kk = 0; kk < k; kk++) {
+                    vf *h = (vf *)(XT + (oo * k + kk) * Ml);   /* H^T [o k, Ml] */
+                    const vf *gv = (const vf *)(gT[l] + oo * n), *tv = (const vf *)(TT + kk * n);
+                    if (shared[l])
+                        for (long v = 0; v < nv; v++) {
+                            vf acc = gv[v] * tv[v];
+                            for (long s = 1; s < S; s++) acc += gv[s * nv + v] * tv[s * nv + v];
+                            h[v] = acc;
+                        }
+                    else
+                        for (long v = 0; v < S * nv; v++) h[v] = gv[v] * tv[v];
+                }
+            if (ok < V)   /* a few columns: dot products along the examples */
+                layer_grads(aT[l], j[l], Ml, XT, ok, outr + off * k, db);
+            else {        /* H [Ml, o k] = (H^T)^T, then rows of a times H */
+                transpose(XT, Ml, 1, ok, Ml, H, padded(ok));
+                rows_times(aT[l], j[l], Ml, H, padded(ok), ok, outr + off * k);
+            }
+        }
+    }
+}
