@@ -11,7 +11,8 @@ compiled run is another configuration (``results.HASH_DEFAULTS``: ``compile`` is
 Measured on this 2-core CPU (``bench/compile_step.py``): the Boston step of BBB (slang_uci) and VOGN (vadam_uci) at
 20 and 100 replicas runs 1.3-2x faster compiled, after 5-30 s of compilation in a fresh cache and ~1-4 s with a warm
 one (the compile time counts in a run's wall time). Inductor keeps its compiled kernels and graphs between processes
-in ``TORCHINDUCTOR_CACHE_DIR``, here under the data cache (``<cache>/inductor``) unless set.
+in ``TORCHINDUCTOR_CACHE_DIR``, here under the data cache (``<cache>/inductor/ops-<digest>``, a directory per version of
+the package's operators: ``operators_key``) unless set.
 
 A graph is specialised to its inputs' strides, dispatch keys and Python numbers, so the compiled update passes the
 state row-major (``_contiguous``; noisy K-FAC's step returns its factor roots C = L^-T transposed, which had compiled
@@ -65,7 +66,9 @@ kernels and says so in its log; the numbers are the compiled step's either way. 
 
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 
 import torch
 from torch.utils import _pytree as pytree
@@ -96,10 +99,19 @@ def compiles(method: Method | type[Method], setting: bool, conv: bool = False,
     return bool(setting) and able and (not conv or gpu)
 
 
+def operators_key(root: Path | None = None) -> str:
+    """A digest of the package's (or ``root``'s) modules that define operators (``torch.library.custom_op``): a cached
+    graph holds the output layouts their shape rules gave when it was compiled, and inductor's cache key does not
+    cover those rules, so a graph cached before a rule changed would fail its layout checks (``assert_size_stride``)."""
+    root = root or Path(__file__).resolve().parents[1]
+    text = b"".join(f.read_bytes() for f in sorted(root.rglob("*.py")) if b"torch.library.custom_op" in f.read_bytes())
+    return hashlib.sha256(text).hexdigest()[:12]
+
+
 def _use_cache_dir() -> None:
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
         from bnnbench.core.data.store import cache_dir
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor" / f"ops-{operators_key()}")
 
 
 def _owned(fn, mode: str | None):

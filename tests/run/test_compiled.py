@@ -3,6 +3,7 @@ compiled, on an MLP), recorded, and hashed only when on, so that the records mad
 hash."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -22,6 +23,23 @@ TINY = ["data=uci/yacht", "protocol.epochs=2", "protocol.splits=[0,1]", "progres
 @pytest.fixture(autouse=True)
 def env(module_env, monkeypatch):
     monkeypatch.setattr("sys.argv", ["bnnbench"])
+
+
+def test_the_compile_cache_is_one_per_version_of_the_packages_operators(tmp_path, monkeypatch):
+    """Inductor's cache key does not cover an operator's shape rule: a graph cached before the rule changed failed its
+    layout check (2026-12-03, ``bnnbench::outer_times``). The cache directory is keyed by the modules defining
+    operators, and by nothing else."""
+    from bnnbench.run import compiled
+    (tmp_path / "ops.py").write_text("@torch.library.custom_op('x::y', mutates_args=())\ndef y(t): ...\n")
+    (tmp_path / "other.py").write_text("a = 1\n")
+    key = compiled.operators_key(tmp_path)
+    (tmp_path / "other.py").write_text("a = 2\n")
+    assert compiled.operators_key(tmp_path) == key
+    (tmp_path / "ops.py").write_text("@torch.library.custom_op('x::y', mutates_args=())\ndef y(t): return t\n")
+    assert compiled.operators_key(tmp_path) != key
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    compiled._use_cache_dir()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"].endswith(f"ops-{compiled.operators_key()}")
 
 
 def _resolved(*overrides):
