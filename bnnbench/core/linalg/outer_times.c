@@ -8,7 +8,8 @@
    Where the S samples share a layer's inputs (the first layer: the data), X is formed once per example and H summed
    over the samples before the product with a: a pass over M, not S M, examples. The inputs and gradients are
    transposed once a step (outer_pack: examples innermost, each sample's M padded with zeros to whole vectors); the
-   products take one replica at a time, in a scratch buffer that stays in the core's cache, by blocked.h's products. */
+   products take one replica at a time, in a scratch buffer that stays in the core's cache: X by blocked.h's layer_fwd,
+   a H by its layer_grads where o k is under a vector's 16 columns, else by rows_times on H transposed. */
 #include "blocked.h"
 
 static long width(long S, long M, const long *shared, long l) { return shared[l] ? padded(M) : S * padded(M); }
@@ -92,8 +93,9 @@ long outer_times_work(long S, long M, const long *o, long L, long k) {
     return k * n + 2 * padded(mx) * n + 2 * padded(mx) + V;
 }
 
-/* out[jj, c] = sum_m aT[jj, m] H[m, c] for jj < j, c < C (H [Ml, ld], its columns up to ld zero): blocks of 4 rows x
-   5 vectors of columns in registers, a block at the edge repeating its last row or vector (computed, not stored). */
+/* out[jj, c] = sum_m aT[jj, m] H[m, c] for jj < j, c < C (H [Ml, ld]: its columns past C reach only columns of out
+   that are not stored): blocks of 4 rows x 5 vectors of columns in registers, a block at the edge repeating its last
+   row or vector (computed, not stored). */
 static void rows_times(const float *restrict aT, long j, long Ml, const float *restrict H, long ld, long C,
                        float *restrict out) {
     long nvc = ld / V;
@@ -135,7 +137,7 @@ void outer_times(const float *packed, const long *j, const long *o, const long *
           *db = zero + padded(mx);
     const float *aT[L], *gT[L];
     memset(zero, 0, mx * sizeof(float));
-    memset(H, 0, padded(mx) * n * sizeof(float));   /* columns past o k stay zero */
+    memset(H, 0, padded(mx) * n * sizeof(float));   /* finite (and not denormal) past o k */
     for (long r = 0; r < R; r++) {
         const float *p = packed + r * W;
         for (long l = 0; l < L; l++) {

@@ -3,14 +3,16 @@ replicas at once on the CPU (``outer_times.c``).
 
 G ``[R, P, n]`` holds the gradients of n = S M (sample, example) pairs, given by each layer's inputs and its
 back-propagated gradients (``per_example``: example i's gradient of a layer ``[W; b]`` is ``[a_i; 1] g_i^T``);
-``per_example.gradient_t_times`` followed by ``gradient_times`` computes the same product by torch's batched GEMMs. SLANG's randomised eigensolvers (Mishkin et al.,
-2018; ``eig: nystrom`` and ``randomized``) apply ``(1 - beta) U U^T + beta G_hat`` five times a step to k = L + 2
-vectors: at a Bayesian-optimisation round's 100 replicas x 200 pairs x 50 units those GEMMs pass ``[100, 51, 200]``
-products through memory ten times a step, two thirds of the step (bench/step_profile.py). The kernel takes one replica
-at a time, in a buffer that stays in the cache, and forms the shared first layer's products once per example rather
-than once per sample. It is an operator with a shape rule (``bnnbench::outer_times``), so a compiled step's graph holds
-it; the eager step, and so every record, keeps torch's products. Built at first use (``c_kernels``); where it cannot
-be, one warning, and the compiled step keeps torch's products.
+``per_example.gradient_t_times`` followed by ``gradient_times`` computes the same product by torch's batched GEMMs.
+SLANG's randomised eigensolvers (Mishkin et al., 2018; ``eig: nystrom`` and ``randomized``) apply
+``(1 - beta) U U^T + beta G_hat`` five times a step to k = L + 2 vectors: at a Bayesian-optimisation round's 100
+replicas x 200 pairs x 50 units those GEMMs pass ``[100, 51, 200]`` products through memory ten times a step, two
+thirds of the step on naval (``torch.profiler``; results/README.md, Speed). The kernel takes one replica at a time, in
+a buffer that stays in the cache, and forms the shared first layer's products once per example rather than once per
+sample; ``pack`` transposes the inputs and gradients for it once a step. Both are operators with shape rules
+(``bnnbench::outer_pack``, ``bnnbench::outer_times``), so a compiled step's graph holds them; the eager step, and so
+every record, keeps torch's products. Built at first use (``c_kernels``); where it cannot be, one warning, and the
+compiled step keeps torch's products.
 """
 
 from __future__ import annotations
