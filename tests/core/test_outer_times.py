@@ -15,7 +15,8 @@ pytestmark = pytest.mark.skipif(not outer_times.available(), reason="no C compil
 # shared by the samples, a last layer of one unit);
 # one sample (nothing shared); more layers, rows between whole vectors of 16, k above a register block's 4 units;
 # a first layer wider than its output (d_in + 1 >= d_out)
-CASES = [([8, 50, 1], 3, 2, 10, 3), ([16, 50, 1], 2, 2, 40, 3), ([4, 6, 3], 2, 1, 16, 2), ([5, 20, 7, 2], 2, 3, 37, 5), ([9, 4, 1], 4, 2, 1, 3)]
+CASES = [([8, 50, 1], 3, 2, 10, 3), ([16, 50, 1], 2, 2, 40, 3), ([4, 6, 3], 2, 1, 16, 2), ([5, 20, 7, 2], 2, 3, 37, 5),
+         ([9, 4, 1], 4, 2, 1, 3)]
 
 
 def _factors(sizes, R, S, M, dtype, seed=0):

@@ -1,0 +1,88 @@
+"""The per-example outer-product kernel alone (``core/linalg/outer_times``) against torch's batched products.
+
+On one thread:
+
+    PYTHONPATH=. taskset -c 0 python bench/outer_times.py [--inputs 16,8,4] [--hidden 50] [--replicas 100]
+        [--samples 2] [--rows 100] [--k 3] [--rounds 7]
+
+For each input width (naval 16, kin8nm 8, power 4: SLANG Table 2's large sets) a one-hidden-layer ReLU MLP's
+activations and gradients at R replicas x S samples x M rows, then ``c2 G G^T Y`` for Y ``[R, P, k]`` (k = L + 2: the
+Nystrom eigensolver's probes) three ways: ``per_example.gradient_t_times`` then ``gradient_times`` (torch's GEMMs, what
+the eager step runs), ``outer_times.times`` on a packed input (five of these a step), and ``outer_times.pack`` (once
+a step). Medians of interleaved rounds of 20 calls each (a change of load hits all alike); the operands stay in the
+cache between calls, so a step, whose operands come from memory, runs each slower (results/README.md, Speed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from bnnbench.core.linalg import outer_times
+from bnnbench.core.linalg.per_example import forward_cache, gradient_t_times, gradient_times, layer_factors
+from bnnbench.core.models.mlp import MLP
+
+
+def case(D: int, hidden: int, R: int, S: int, M: int, k: int):
+    g = torch.Generator().manual_seed(0)
+    model = MLP([D, hidden, 1])
+    theta = 0.3 * torch.randn(R, S, model.n_params, generator=g)
+    layers = [(W.requires_grad_(True), b.requires_grad_(True)) for W, b in model.layers(theta)]
+    f, acts, zs = forward_cache(model, layers, torch.randn(R, M, D, generator=g))
+    gs = torch.autograd.grad((f ** 2).sum(), zs)
+    acts = [a.detach() for a in acts]
+    factors = layer_factors(acts, gs)
+    Y, c = torch.randn(R, model.n_params, k, generator=g), torch.rand(R, 1, 1, generator=g)
+    packed, layout, S_, M_ = outer_times.pack(acts, gs)
+    c2 = (c * c).view(R)
+    ways = {"torch": lambda: gradient_times(model, factors, c * (c * gradient_t_times(model, factors, Y))),
+            "kernel": lambda: outer_times.times(packed, layout, S_, M_, Y, c2),
+            "pack": lambda: outer_times.pack(acts, gs)}
+    ref, out = ways["torch"](), ways["kernel"]()
+    err = float((out - ref).abs().max() / ref.abs().max())
+    return ways, err
+
+
+def median_ms(fn, rounds_ms: list[float], calls: int = 20) -> None:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    rounds_ms.append((time.perf_counter() - t0) / calls * 1e3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--inputs", default="16,8,4")
+    ap.add_argument("--hidden", type=int, default=50)
+    ap.add_argument("--replicas", type=int, default=100)
+    ap.add_argument("--samples", type=int, default=2)
+    ap.add_argument("--rows", type=int, default=100)
+    ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    if not outer_times.available():
+        print("the kernel does not build here (no C compiler)")
+        return 1
+    print(f"R = {args.replicas}, S = {args.samples}, M = {args.rows}, hidden {args.hidden}, k = {args.k}, 1 thread; "
+          f"medians of {args.rounds} interleaved rounds of 20 calls")
+    print(f"{'inputs':>6} {'torch ms':>9} {'kernel ms':>10} {'pack ms':>8} {'torch/kernel':>13} {'max rel err':>12}")
+    for D in (int(d) for d in args.inputs.split(",")):
+        ways, err = case(D, args.hidden, args.replicas, args.samples, args.rows, args.k)
+        times = {name: [] for name in ways}
+        for fn in ways.values():
+            fn()
+        for _ in range(args.rounds):
+            for name, fn in ways.items():
+                median_ms(fn, times[name])
+        t = {name: statistics.median(v) for name, v in times.items()}
+        print(f"{D:>6} {t['torch']:>9.2f} {t['kernel']:>10.2f} {t['pack']:>8.2f} {t['torch'] / t['kernel']:>12.2f}x "
+              f"{err:>12.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
