@@ -1,8 +1,7 @@
 """The package's small C kernels (``top_eigpair.c``, ``chol_root.c``, ...), built at first use with the system's C
 compiler (``$CC``, else ``cc``) for this machine (``-march=native``) and cached under the cache directory
 (``kernels/``), keyed by the source, the headers beside it, the compiler, its flags and the CPU's features; loaded
-with ctypes. Where one cannot be built, its
-caller says so once (a warning) and uses LAPACK."""
+with ctypes. Where one cannot be built, its caller says so once (a warning) and uses LAPACK."""
 
 from __future__ import annotations
 
