@@ -9,7 +9,7 @@ from bnnbench.core.linalg import outer_times
 from bnnbench.core.linalg.per_example import forward_cache, materialise
 from bnnbench.core.models.mlp import MLP
 
-pytestmark = pytest.mark.skipif(not outer_times.available(), reason="no C compiler builds the kernel here")
+needs_kernel = pytest.mark.skipif(not outer_times.available(), reason="no C compiler builds the kernel here")
 
 # (sizes, R, S, M, k): SLANG's UCI net at a few rows and at whole 16 x 16 blocks of the transposes (the first layer
 # shared by the samples, a last layer of one unit);
@@ -30,6 +30,7 @@ def _factors(sizes, R, S, M, dtype, seed=0):
     return model, [a.detach() for a in acts], gs
 
 
+@needs_kernel
 @pytest.mark.parametrize("sizes, R, S, M, k", CASES)
 def test_product_matches_materialised_gradients_in_float64(sizes, R, S, M, k):
     model, acts64, gs64 = _factors(sizes, R, S, M, torch.float64)
@@ -52,6 +53,7 @@ def test_product_matches_materialised_gradients_in_float64(sizes, R, S, M, k):
     assert torch.allclose(alone[0], out[r], rtol=0, atol=1e-6 * float(out.abs().max()))
 
 
+@needs_kernel
 def test_inputs_read_through_their_strides():
     """A first layer's inputs held once per sample (nothing shared) and gradients laid out examples-first give the
     same product: the kernel reads every input through its strides."""
@@ -67,6 +69,7 @@ def test_inputs_read_through_their_strides():
     assert torch.allclose(out2, out, rtol=0, atol=1e-6 * float(out.abs().max()))
 
 
+@needs_kernel
 def test_factors_that_do_not_tile_y_are_refused():
     model, acts, gs = _factors([4, 6, 3], 2, 2, 5, torch.float32)
     packed, layers, S, M = outer_times.pack(acts, gs)
@@ -74,6 +77,7 @@ def test_factors_that_do_not_tile_y_are_refused():
         outer_times.times(packed, layers, S, M, torch.randn(2, model.n_params + 1, 3), torch.ones(2))
 
 
+@needs_kernel
 def test_the_operator_passes_torchs_operator_checks():
     model, acts, gs = _factors([5, 7, 2], 2, 2, 9, torch.float32)
     layers, S, M = outer_times.layout(acts, gs)
@@ -82,3 +86,8 @@ def test_the_operator_passes_torchs_operator_checks():
     packed = outer_times._pack(list(acts), list(gs), layers, S, M)
     torch.library.opcheck(outer_times.times, (packed, layers, S, M, torch.randn(2, model.n_params, 3), torch.ones(2)),
                           test_utils=checks)
+
+
+def test_without_a_compiler_the_kernel_is_unavailable_and_says_what_runs_instead(no_c_compiler):
+    with pytest.warns(RuntimeWarning, match="outer_times.c could not be built .*torch's products used instead"):
+        assert not outer_times.available()

@@ -1,7 +1,7 @@
 """The package's small C kernels (``top_eigpair.c``, ``chol_root.c``, ...), built at first use with the system's C
 compiler (``$CC``, else ``cc``) for this machine (``-march=native``) and cached under the cache directory
 (``kernels/``), keyed by the source, the headers beside it, the compiler, its flags and the CPU's features; loaded
-with ctypes. Where one cannot be built, its caller says so once (a warning) and uses LAPACK."""
+with ctypes. Where one cannot be built, its caller says so once (a warning) and uses LAPACK or torch's products."""
 
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ def _cpu_features() -> str:
     return f"{platform.machine()} {platform.processor()}"
 
 
-def build(source: Path, what: str, signatures: dict) -> ctypes.CDLL | None:
+def build(source: Path, what: str, signatures: dict, instead: str = "LAPACK") -> ctypes.CDLL | None:
     """The shared library of the C file ``source``, built if need be (aside, then moved into place: never a
     half-written library), its functions declared from ``signatures`` (``{name: (argtypes, restype)}``); or None with a
-    RuntimeWarning that names ``what`` falls back to LAPACK."""
+    RuntimeWarning that names ``what`` and what is used ``instead``."""
     from bnnbench.core.data.store import cache_dir
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     text = source.read_bytes() + b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))
@@ -51,7 +51,7 @@ def build(source: Path, what: str, signatures: dict) -> ctypes.CDLL | None:
         lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.CalledProcessError) as err:
         why = err.stderr.strip() if isinstance(err, subprocess.CalledProcessError) else err
-        warnings.warn(f"the {what} kernel {source.name} could not be built ({why}); LAPACK is used instead",
+        warnings.warn(f"the {what} kernel {source.name} could not be built ({why}); {instead} used instead",
                       RuntimeWarning, stacklevel=4)
         return None
     for name, (argtypes, restype) in signatures.items():

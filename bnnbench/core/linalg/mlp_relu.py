@@ -42,7 +42,7 @@ def _library() -> ctypes.CDLL | None:
     return c_kernels.build(SOURCE, "fused MLP", {
         "mlp_relu_work": ([n, p, n], n),
         "mlp_relu_forward": ([p, p, p, n, n, n, p, n, p], None),
-        "mlp_relu_vjp": ([p, p, p, p, n, n, n, p, n, p], None)})
+        "mlp_relu_vjp": ([p, p, p, p, n, n, n, p, n, p], None)}, instead="torch's products")
 
 
 def available() -> bool:

@@ -36,7 +36,7 @@ def _library() -> ctypes.CDLL | None:
         "outer_pack_size": ([n, n, p, p, p, n], n),
         "outer_pack": ([p, p, p, p, p, p, p, n, n, n, n, p], None),
         "outer_times_work": ([n, n, p, n, n], n),
-        "outer_times": ([p, p, p, p, n, p, p, p, n, n, n, n, p], None)})
+        "outer_times": ([p, p, p, p, n, p, p, p, n, n, n, n, p], None)}, instead="torch's products")
 
 
 def available() -> bool:
