@@ -104,7 +104,8 @@ def operators_key(root: Path | None = None) -> str:
     graph holds the output layouts their shape rules gave when it was compiled, and inductor's cache key does not
     cover those rules, so a graph cached before a rule changed would fail its layout checks (``assert_size_stride``)."""
     root = root or Path(__file__).resolve().parents[1]
-    text = b"".join(f.read_bytes() for f in sorted(root.rglob("*.py")) if b"torch.library.custom_op" in f.read_bytes())
+    texts = (f.read_bytes() for f in sorted(root.rglob("*.py")))
+    text = b"".join(t for t in texts if b"torch.library.custom_op" in t)
     return hashlib.sha256(text).hexdigest()[:12]
 
 
