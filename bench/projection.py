@@ -52,12 +52,15 @@ def markdown(df: pd.DataFrame, index: bool = True) -> str:
     return "\n".join(lines)
 
 
-def read_ratios(path: Path) -> pd.DataFrame:
+def read_ratios(path: Path, mkl_any_vendor: bool = False) -> pd.DataFrame:
+    """``step_ab``'s rows of the compiled new code against the eager old, measured with MKL's kernels by instruction
+    set alone in the new code (``BNNBENCH_MKL_ANY_VENDOR``) or, by default, without."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     df = pd.DataFrame(rows)
     if df.empty:
         return df
-    df = df[df["compiled"] & ~df["base_compiled"]].copy()
+    mode = df["mkl_any_vendor"].fillna(False).astype(bool) if "mkl_any_vendor" in df else False
+    df = df[df["compiled"] & ~df["base_compiled"] & (mode == mkl_any_vendor)].copy()
     df["ratio"] = df["old_ms"] / df["new_ms"]
     return df.sort_values("when")
 
@@ -179,16 +182,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--sources", action="store_true", help="also list the speed-up each method and protocol used")
     ap.add_argument("--measured", action="store_true", help="only list the measured rows (the latest of each)")
+    ap.add_argument("--mkl-any-vendor", action="store_true",
+                    help="only the step ratios measured with BNNBENCH_MKL_ANY_VENDOR=1 (core/linalg/mkl_vendor): a "
+                         "method with no such row counts as recorded, a re-run cell as re-run (without it)")
     args = ap.parse_args(argv)
     if args.measured:
-        df = read_ratios(args.ratios).drop_duplicates(["method", "protocol", "data", "R"], keep="last")
+        df = read_ratios(args.ratios, args.mkl_any_vendor)
+        df = df.drop_duplicates(["method", "protocol", "data", "R"], keep="last")
         df = df.sort_values(["method", "protocol", "data", "R"], ascending=[True, True, True, False])
         cols = ["method", "protocol", "data", "R", "old_ms", "new_ms", "ratio", "draws_ms", "compile_s", "when"]
         out = df[cols].round(2)
         print(markdown(out, index=False) if args.markdown else out.to_string(index=False))
         return 0
     experiments = makefile_experiments()
-    ratios, retimed = read_ratios(args.ratios), read_retimed(args.retimed)
+    ratios, retimed = read_ratios(args.ratios, args.mkl_any_vendor), read_retimed(args.retimed)
     records, base = from_records(args.runs_root, ratios)
     runs = phase_seconds(with_retimed(records, retimed))
     runs["recorded"] = phase_seconds(records)["total"]

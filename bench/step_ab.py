@@ -176,8 +176,18 @@ def isolate_tree() -> None:
     sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__name__.lower()]
 
 
+def _mkl_any_vendor() -> bool:
+    """Whether this child's MKL dispatches by instruction set alone (a code without ``mkl_vendor``: no)."""
+    try:
+        from bnnbench.core.linalg import mkl_vendor
+    except ImportError:
+        return False
+    return mkl_vendor.active()
+
+
 def child(args):
     """Build the cases, say so on stdout, then answer ``index n`` lines with the ms per step of ``n`` steps."""
+    import bnnbench   # noqa: F401  (before torch: BNNBENCH_MKL_ANY_VENDOR acts there)
     import torch
     isolate_tree()
     torch.set_num_threads(1)
@@ -187,7 +197,7 @@ def child(args):
         s = Stepper(name, proto, R, compiled, args.data)
         steppers.append(s)
         print(json.dumps({"built": len(steppers) - 1, "compiled": s.compiled, "compile_s": s.compile_s,
-                          "ms": s.time_ms(2)}), flush=True)
+                          "ms": s.time_ms(2), "mkl_any_vendor": _mkl_any_vendor()}), flush=True)
     for line in sys.stdin:
         i, n, what = line.split()
         s = steppers[int(i)]
@@ -214,8 +224,8 @@ def worktree(base: str) -> Path:
 
 
 class Child:
-    def __init__(self, tree: Path, keys, data: str):
-        env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    def __init__(self, tree: Path, keys, data: str, extra_env: dict | None = None):
+        env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **(extra_env or {}))
         self.p = subprocess.Popen([sys.executable, __file__, "--child", "--cases", json.dumps(keys), "--data", data],
                                   env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(tree))
         self.built = [json.loads(self.p.stdout.readline()) for _ in keys]
@@ -247,6 +257,9 @@ def main():
                          "power and naval uses the authors' Nystrom eigensolver, eig: nystrom)")
     ap.add_argument("--target-ms", type=float, default=200.0, help="time per configuration and round")
     ap.add_argument("--eager", action="store_true", help="also time the new code's eager step")
+    ap.add_argument("--new-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an environment variable of the new code's processes only, e.g. BNNBENCH_MKL_ANY_VENDOR=1 "
+                         "(MKL's kernels by instruction set: core/linalg/mkl_vendor); repeatable")
     ap.add_argument("--base-compiled", action="store_true",
                     help="run the old code's step compiled too (a base that has the compile setting): A/B of two "
                          "compiled codes")
@@ -258,10 +271,11 @@ def main():
     cases = [(label, name, args.protocol or proto, int(R)) for label, name, proto in pool
              if chosen is None or name in chosen for R in args.replicas.split(",")]
     base_tree = worktree(args.base)
+    new_env = dict(kv.split("=", 1) for kv in args.new_env)
     sides = {"old": Child(base_tree, [(n, p, R, args.base_compiled) for _, n, p, R in cases], args.data),
-             "new": Child(REPO, [(n, p, R, True) for _, n, p, R in cases], args.data)}
+             "new": Child(REPO, [(n, p, R, True) for _, n, p, R in cases], args.data, new_env)}
     if args.eager:
-        sides["new eager"] = Child(REPO, [(n, p, R, False) for _, n, p, R in cases], args.data)
+        sides["new eager"] = Child(REPO, [(n, p, R, False) for _, n, p, R in cases], args.data, new_env)
     inner = [max(2, int(args.target_ms / max(0.05, sides["old"].built[i]["ms"]))) for i in range(len(cases))]
     times = {k: [[] for _ in cases] for k in [*sides, "draws"]}
     for _ in range(args.rounds):
@@ -274,7 +288,9 @@ def main():
     med = {k: [statistics.median(v) for v in t] for k, t in times.items()}
     print(f"{args.data}, float32, 1 thread; medians of {args.rounds} interleaved rounds; old = {args.base} "
           f"({base_tree}{', compile=true' if args.base_compiled else ''}), new = this tree "
-          f"({'compile=true' + (', and eager' if args.eager else '')})")
+          f"({'compile=true' + (', and eager' if args.eager else '')}"
+          f"{''.join(f', {kv}' for kv in args.new_env)}); MKL by instruction set alone: old "
+          f"{sides['old'].built[0]['mkl_any_vendor']}, new {sides['new'].built[0]['mkl_any_vendor']}")
     hdr = f"{'method':<12s} {'protocol':<10s} {'R':>4s} {'old ms':>8s} {'new ms':>8s} {'old/new':>8s}"
     if args.eager:
         hdr += f" {'eager ms':>9s} {'old/eager':>9s}"
@@ -294,7 +310,8 @@ def main():
             row = {"method": cases[i][1], "protocol": proto, "data": args.data, "R": R, "base": args.base,
                    "base_compiled": args.base_compiled, "old_ms": o, "new_ms": n, "draws_ms": d,
                    "compiled": b["compiled"], "compile_s": b["compile_s"], "rounds": args.rounds,
-                   "when": time.strftime("%Y-%m-%d %H:%M"), "commit": _head()}
+                   "when": time.strftime("%Y-%m-%d %H:%M"), "commit": _head(),
+                   "mkl_any_vendor": bool(b.get("mkl_any_vendor", False))}
             if args.eager:
                 row["eager_ms"] = med["new eager"][i]
             with open(args.json, "a") as f:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from bnnbench.core.linalg import mkl_vendor
+
 ISA_FLAGS = ("sse4_2", "avx", "f16c", "fma", "avx2", "avx_vnni", "avx512f", "avx512dq", "avx512cd", "avx512bw",
              "avx512vl", "avx512ifma", "avx512vbmi", "avx512_vbmi2", "avx512_vnni", "avx512_bf16", "avx512_fp16",
              "amx_tile", "amx_int8", "amx_bf16", "amx_fp16", "asimd", "sve", "sve2")
@@ -73,12 +75,14 @@ def cpu_model(cpuinfo: str | None = None) -> str:
 
 
 def numerics_class(cpuinfo: str | None = None) -> str:
-    """``torch <version>; aten <capability>; <machine> <vendor>: <instruction sets>``: two machines of one class
-    are expected to repeat a seeded CPU run bit for bit (at one thread count); a baseline, which makes the check exact
-    on a class, holds only on the processor model it was written on (:func:`cpu_model`)."""
+    """``torch <version>; aten <capability>; <machine> <vendor>: <instruction sets>``, and ``; mkl any vendor`` where
+    this process runs MKL's kernels by instruction set alone (``bnnbench.core.linalg.mkl_vendor``): two machines of
+    one class are expected to repeat a seeded CPU run bit for bit (at one thread count); a baseline, which makes the
+    check exact on a class, holds only on the processor model it was written on (:func:`cpu_model`)."""
     vendor, flags = cpu_isa(cpuinfo)
     return (f"torch {torch.__version__}; aten {torch.backends.cpu.get_cpu_capability()}; "
-            f"{platform.machine()} {vendor}: {' '.join(flags) or '-'}")
+            f"{platform.machine()} {vendor}: {' '.join(flags) or '-'}"
+            + ("; mkl any vendor" if mkl_vendor.active() else ""))
 
 
 def class_id(numerics: str) -> str:

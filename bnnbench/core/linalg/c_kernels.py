@@ -29,10 +29,12 @@ def _cpu_features() -> str:
     return f"{platform.machine()} {platform.processor()}"
 
 
-def build(source: Path, what: str, signatures: dict, instead: str = "LAPACK") -> ctypes.CDLL | None:
+def build(source: Path, what: str, signatures: dict, instead: str = "LAPACK",
+          mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL | None:
     """The shared library of the C file ``source``, built if need be (aside, then moved into place: never a
-    half-written library), its functions declared from ``signatures`` (``{name: (argtypes, restype)}``); or None with a
-    RuntimeWarning that names ``what`` and what is used ``instead``."""
+    half-written library), loaded with ``mode`` (``ctypes.RTLD_GLOBAL``: its symbols seen by libraries loaded after
+    it), its functions declared from ``signatures`` (``{name: (argtypes, restype)}``); or None with a RuntimeWarning
+    that names ``what`` and what is used ``instead``."""
     from bnnbench.core.data.store import cache_dir
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     text = source.read_bytes() + b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))
@@ -48,7 +50,7 @@ def build(source: Path, what: str, signatures: dict, instead: str = "LAPACK") ->
                 subprocess.run([cc, *FLAGS, "-o", str(built), str(source), "-lm"], check=True, capture_output=True,
                                text=True)
                 os.replace(built, path)
-        lib = ctypes.CDLL(str(path))
+        lib = ctypes.CDLL(str(path), mode=mode)
     except (OSError, subprocess.CalledProcessError) as err:
         why = err.stderr.strip() if isinstance(err, subprocess.CalledProcessError) else err
         warnings.warn(f"the {what} kernel {source.name} could not be built ({why}); {instead} used instead",
