@@ -53,16 +53,21 @@ def markdown(df: pd.DataFrame, index: bool = True) -> str:
 
 
 def read_ratios(path: Path, mkl_any_vendor: bool = False) -> pd.DataFrame:
-    """``step_ab``'s rows of the compiled new code against the eager old, measured with MKL's kernels by instruction
-    set alone in the new code (``BNNBENCH_MKL_ANY_VENDOR``) or, by default, without."""
+    """``step_ab``'s rows of the compiled new code against the eager old, in time order (``pick`` takes the latest).
+    By default those measured without ``BNNBENCH_MKL_ANY_VENDOR`` in the new code; with ``mkl_any_vendor``, those
+    measured with it, ordered after the others, so that a case measured only without it keeps its row (where the
+    mode speeds the case up, a lower bound on its gain)."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     df = pd.DataFrame(rows)
     if df.empty:
         return df
-    mode = df["mkl_any_vendor"].fillna(False).astype(bool) if "mkl_any_vendor" in df else False
-    df = df[df["compiled"] & ~df["base_compiled"] & (mode == mkl_any_vendor)].copy()
+    df["mode"] = df["mkl_any_vendor"].fillna(False).astype(bool) if "mkl_any_vendor" in df else False
+    df = df[df["compiled"] & ~df["base_compiled"]]
+    if not mkl_any_vendor:
+        df = df[~df["mode"]]
+    df = df.copy()
     df["ratio"] = df["old_ms"] / df["new_ms"]
-    return df.sort_values("when")
+    return df.sort_values(["mode", "when"])
 
 
 def pick(ratios: pd.DataFrame, method: str, protocol: str, data: str, R: int):
@@ -183,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sources", action="store_true", help="also list the speed-up each method and protocol used")
     ap.add_argument("--measured", action="store_true", help="only list the measured rows (the latest of each)")
     ap.add_argument("--mkl-any-vendor", action="store_true",
-                    help="only the step ratios measured with BNNBENCH_MKL_ANY_VENDOR=1 (core/linalg/mkl_vendor): a "
-                         "method with no such row counts as recorded, a re-run cell as re-run (without it)")
+                    help="the step ratios measured with BNNBENCH_MKL_ANY_VENDOR=1 (core/linalg/mkl_vendor) where there "
+                         "are any, else those without; a re-run cell counts as re-run (without it)")
     args = ap.parse_args(argv)
     if args.measured:
         df = read_ratios(args.ratios, args.mkl_any_vendor)

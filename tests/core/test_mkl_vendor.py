@@ -51,7 +51,6 @@ def test_the_mode_is_taken_recorded_in_the_numerics_class_and_computes_alike():
     on, off = _probe("1"), _probe(None)
     assert on[:2] == ["True", "True"], "MKL did not ask the override, or the class does not say so"
     assert off[:2] == ["False", "False"]
-    assert _probe("0")[:2] == ["False", "False"]
     for out in (on, off):
         gemm, chol, eig = map(float, out[2:])
         assert gemm < 1e-5 and chol < 1e-4 and eig < 1e-3   # float32 rounding of sums of 51 and 257 terms
