@@ -54,8 +54,8 @@ typedef double vd __attribute__((vector_size(W * sizeof(double)), aligned(sizeof
 #define VAT(i, j) ((vd *)AT(i, j))
 
 /* Rows of A22 updated together in rank2_symv: each column's v, w, v_{k+1} and pn entries are read once for them all,
-   and the rows' dot products run as independent chains. With fused multiply-adds, 100 Gram matrices of n = 129 took
-   1.25x less time than one row at a time (2026-12-03, AMD EPYC, one thread); 4 and 8 rows gained less. */
+   and the rows' dot products run as independent chains. With fused multiply-adds, 100 Gram matrices of n = 129 ran
+   1.25x faster than one row at a time (2026-12-03, AMD EPYC, one thread); 4 and 8 rows gained less. */
 #define ROWS 6
 
 /* Step k's update A22 -= v w^T + w v^T (v = ``vk``, w = ``w``), and where ``vn`` is given (a step k+1 follows),
