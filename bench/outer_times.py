@@ -11,6 +11,11 @@ Nystrom eigensolver's probes) three ways: ``per_example.gradient_t_times`` then 
 the eager step runs), ``outer_times.times`` on a packed input (five of these a step), and ``outer_times.pack`` (once
 a step). Medians of interleaved rounds of 20 calls each (a change of load hits all alike); the operands stay in the
 cache between calls, so a step, whose operands come from memory, runs each slower (results/README.md, Speed).
+
+Then the Nystrom eigensolver's whole subspace iteration (``low_rank.nystrom_range``: n_iter + 1 = 5 products with
+``a2 U U^T + c2 G G^T`` and four QR factorisations, U of rank k - 2) two ways: ``pack`` once, ``times`` for each product
+and LAPACK's QR (``range ms``: what the compiled step ran until 2026-12-03), and ``outer_times.nystrom_range``, one
+replica at a time (``nystrom ms``), with the largest difference of their Q.
 """
 
 from __future__ import annotations
@@ -26,14 +31,19 @@ from bnnbench.core.linalg.per_example import forward_cache, gradient_t_times, gr
 from bnnbench.core.models.mlp import MLP
 
 
-def case(D: int, hidden: int, R: int, S: int, M: int, k: int):
-    g = torch.Generator().manual_seed(0)
+def mlp_factors(D: int, hidden: int, R: int, S: int, M: int, g: torch.Generator):
+    """A one-hidden-layer ReLU MLP's layers' inputs and gradients at R replicas x S samples x M rows."""
     model = MLP([D, hidden, 1])
     theta = 0.3 * torch.randn(R, S, model.n_params, generator=g)
     layers = [(W.requires_grad_(True), b.requires_grad_(True)) for W, b in model.layers(theta)]
     f, acts, zs = forward_cache(model, layers, torch.randn(R, M, D, generator=g))
     gs = torch.autograd.grad((f ** 2).sum(), zs)
-    acts = [a.detach() for a in acts]
+    return model, [a.detach() for a in acts], gs
+
+
+def case(D: int, hidden: int, R: int, S: int, M: int, k: int):
+    g = torch.Generator().manual_seed(0)
+    model, acts, gs = mlp_factors(D, hidden, R, S, M, g)
     factors = layer_factors(acts, gs)
     Y, c = torch.randn(R, model.n_params, k, generator=g), torch.rand(R, 1, 1, generator=g)
     packed, layout, S_, M_ = outer_times.pack(acts, gs)
@@ -46,11 +56,40 @@ def case(D: int, hidden: int, R: int, S: int, M: int, k: int):
     return ways, err
 
 
+def subspace_case(D: int, hidden: int, R: int, S: int, M: int, k: int, n_iter: int = 4):
+    from bnnbench.core.linalg.low_rank import nystrom_range
+    g = torch.Generator().manual_seed(0)
+    model, acts, gs = mlp_factors(D, hidden, R, S, M, g)
+    U = 0.1 * torch.randn(R, model.n_params, k - 2, generator=g)
+    a2, c2 = torch.rand(R, generator=g), torch.rand(R, generator=g)
+    probes = 2 * torch.rand(R, model.n_params, k, generator=g) - 1
+
+    def by_products():
+        packed, layout, S_, M_ = outer_times.pack(acts, gs)
+        return nystrom_range(lambda Y: a2[:, None, None] * (U @ (U.transpose(1, 2) @ Y))
+                             + outer_times.times(packed, layout, S_, M_, Y, c2), probes, n_iter)
+
+    ways = {"range": by_products, "nystrom": lambda: outer_times.nystrom_range(acts, gs, U, a2, c2, probes, n_iter)}
+    err = float((ways["range"]()[0] - ways["nystrom"]()[0]).abs().max())
+    return ways, err
+
+
 def median_ms(fn, rounds_ms: list[float], calls: int = 20) -> None:
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
     rounds_ms.append((time.perf_counter() - t0) / calls * 1e3)
+
+
+def medians(ways: dict, rounds: int, calls: int) -> dict:
+    """ms per call of each way: the median of ``rounds`` interleaved rounds of ``calls`` calls, after one call each."""
+    times = {name: [] for name in ways}
+    for fn in ways.values():
+        fn()
+    for _ in range(rounds):
+        for name, fn in ways.items():
+            median_ms(fn, times[name], calls)
+    return {name: statistics.median(v) for name, v in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,15 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'inputs':>6} {'torch ms':>9} {'kernel ms':>10} {'pack ms':>8} {'torch/kernel':>13} {'max rel err':>12}")
     for D in (int(d) for d in args.inputs.split(",")):
         ways, err = case(D, args.hidden, args.replicas, args.samples, args.rows, args.k)
-        times = {name: [] for name in ways}
-        for fn in ways.values():
-            fn()
-        for _ in range(args.rounds):
-            for name, fn in ways.items():
-                median_ms(fn, times[name])
-        t = {name: statistics.median(v) for name, v in times.items()}
+        t = medians(ways, args.rounds, 20)
         print(f"{D:>6} {t['torch']:>9.2f} {t['kernel']:>10.2f} {t['pack']:>8.2f} {t['torch'] / t['kernel']:>12.2f}x "
               f"{err:>12.1e}")
+    print(f"\n{'inputs':>6} {'range ms':>9} {'nystrom ms':>11} {'range/nystrom':>14} {'max Q diff':>11}")
+    for D in (int(d) for d in args.inputs.split(",")):
+        ways, err = subspace_case(D, args.hidden, args.replicas, args.samples, args.rows, args.k)
+        t = medians(ways, args.rounds, 5)
+        print(f"{D:>6} {t['range']:>9.2f} {t['nystrom']:>11.2f} {t['range'] / t['nystrom']:>13.2f}x {err:>11.1e}")
     return 0
 
 

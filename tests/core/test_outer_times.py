@@ -91,3 +91,69 @@ def test_the_operator_passes_torchs_operator_checks():
 def test_without_a_compiler_the_kernel_is_unavailable_and_says_what_runs_instead(no_c_compiler):
     with pytest.warns(RuntimeWarning, match="outer_times.c could not be built .*torch's products used instead"):
         assert not outer_times.available()
+
+
+def _dense_range(A, probes, n_iter):
+    """``low_rank.nystrom_range`` with the operator a dense float64 matrix ``A [R, P, P]`` (LAPACK's QR)."""
+    from bnnbench.core.linalg.low_rank import nystrom_range
+    return nystrom_range(lambda Y: A @ Y, probes, n_iter)
+
+
+# (sizes, R, S, M, L, n_iter): SLANG Table 2's large sets' net (shared first layer, whole and partial blocks of 16
+# rows), a rank above 1, one sample, a deeper net, and n_iter = 1 (no power step: Q is the probes themselves)
+NYSTROM_CASES = [([16, 50, 1], 3, 2, 40, 1, 4), ([8, 50, 1], 2, 2, 10, 2, 4), ([4, 6, 3], 2, 1, 16, 1, 3),
+                 ([5, 20, 7, 2], 2, 3, 37, 3, 4), ([9, 4, 1], 2, 2, 5, 1, 1)]
+
+
+@needs_kernel
+@pytest.mark.parametrize("sizes, R, S, M, L, n_iter", NYSTROM_CASES)
+def test_nystrom_subspace_matches_the_dense_operators(sizes, R, S, M, L, n_iter):
+    """``nystrom_range`` of ``a2 U U^T + c2 G G^T`` equals ``low_rank.nystrom_range`` run on the operator formed as a
+    dense float64 matrix (G materialised): Q with torch.linalg.qr's column signs, E and the shift nu; and so do the
+    eigenpairs (``nystrom_top``) to float rounding."""
+    from bnnbench.core.linalg.low_rank import nystrom_top
+    model, acts64, gs64 = _factors(sizes, R, S, M, torch.float64)
+    G = materialise(model, acts64, gs64)
+    g = torch.Generator().manual_seed(2)
+    P, k = model.n_params, L + 2
+    U = 0.3 * torch.randn(R, P, L, generator=g, dtype=torch.float64)
+    a2, c2 = torch.rand(R, generator=g, dtype=torch.float64), torch.rand(R, generator=g, dtype=torch.float64) + 0.5
+    probes = 2 * torch.rand(R, P, k, generator=g, dtype=torch.float64) - 1
+    A = a2[:, None, None] * (U @ U.transpose(1, 2)) + c2[:, None, None] * (G @ G.transpose(1, 2))
+    Q0, E0, nu0 = _dense_range(A, probes, n_iter)
+    _, acts, gs = _factors(sizes, R, S, M, torch.float32)
+    Q, E, nu = outer_times.nystrom_range(acts, gs, U.float(), a2.float(), c2.float(), probes.float(), n_iter)
+    assert Q.shape == E.shape == probes.shape and nu.shape == (R, 1, 1) and Q.dtype == torch.float32
+    assert (Q.double() - Q0).abs().max() <= 1e-4
+    assert (E.double() - E0).abs().max() <= 1e-5 * E0.abs().max()
+    assert torch.allclose(nu.double(), nu0, rtol=1e-5, atol=0)
+    e0, V0 = nystrom_top(Q0, E0, nu0, L)
+    e, V = nystrom_top(Q, E, nu, L)
+    assert torch.allclose(e.double(), e0, rtol=1e-4, atol=1e-6 * float(e0.abs().max()))
+    VVt, VVt0 = V @ V.transpose(1, 2), V0 @ V0.transpose(1, 2)
+    assert (VVt.double() - VVt0).abs().max() <= 1e-4
+
+
+@needs_kernel
+def test_nystrom_of_a_null_operator_takes_the_identitys_columns_as_lapack():
+    """Zero gradients and U = 0: every Householder reflection is the identity (tau = 0), so Q = I[:, :k] as LAPACK's
+    QR of a zero matrix gives, E = nu Q = 0."""
+    model, acts, gs = _factors([4, 6, 1], 2, 2, 5, torch.float32)
+    gs = [torch.zeros_like(gl) for gl in gs]
+    P = model.n_params
+    probes = torch.rand(2, P, 3)
+    Q, E, nu = outer_times.nystrom_range(acts, gs, torch.zeros(2, P, 1), torch.ones(2), torch.ones(2), probes, 4)
+    assert torch.equal(Q, torch.linalg.qr(torch.zeros(2, P, 3))[0])
+    assert torch.equal(Q, torch.eye(P, 3).expand(2, P, 3))
+    assert not E.any() and not nu.any()
+
+
+@needs_kernel
+def test_the_nystrom_operator_passes_torchs_operator_checks():
+    model, acts, gs = _factors([5, 7, 2], 2, 2, 9, torch.float32)
+    layers, S, M = outer_times.layout(acts, gs)
+    P = model.n_params
+    args = (list(acts), list(gs), layers, S, M, torch.randn(2, P, 1), torch.rand(2), torch.rand(2),
+            torch.rand(2, P, 3), 4)
+    torch.library.opcheck(outer_times._nystrom, args,
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))

@@ -1,6 +1,7 @@
 /* Register-blocked products of small matrices whose columns are examples, padded to whole vectors of V floats, with
    GCC's vector extensions: the building blocks of mlp_relu.c and outer_times.c (core/linalg/c_kernels.py builds each
    with this header). */
+#pragma GCC optimize("fp-contract=fast")   /* fused multiply-adds (-std=c99 turns them off) */
 #include <stdint.h>
 #include <string.h>
 

@@ -9,7 +9,10 @@
    over the samples before the product with a: a pass over M, not S M, examples. The inputs and gradients are
    transposed once a step (outer_pack: examples innermost, each sample's M padded with zeros to whole vectors); the
    products take one replica at a time, in a scratch buffer that stays in the core's cache: X by blocked.h's layer_fwd,
-   a H by its layer_grads where o k is under a vector's 16 columns, else by rows_times on H transposed. */
+   a H by its layer_grads where o k is under a vector's 16 columns, else by rows_times on H transposed. outer_nystrom packs
+   and multiplies one replica at a time for the whole of SLANG's Nystrom subspace iteration (its operands stay in the
+   core's cache for the five products), orthonormalising by Householder reflections as LAPACK does. */
+#include <math.h>
 #include "blocked.h"
 
 static long width(long S, long M, const long *shared, long l) { return shared[l] ? padded(M) : S * padded(M); }
@@ -59,32 +62,36 @@ static void transpose(const float *src, long rs, long cs, long M, long C, float 
         for (long c = 0; c < C; c++) dst[c * ld + m] = src[m * rs + c * cs];
 }
 
+/* One replica's packed inputs and gradients (outer_pack) at p. */
+static void pack_replica(const float *const *a, const long *astr, const float *const *g, const long *gstr,
+                         const long *j, const long *o, const long *shared, long L, long r, long S, long M, float *p) {
+    long Mp = padded(M), n = S * Mp;
+    for (long l = 0; l < L; l++) {
+        long Sl = shared[l] ? 1 : S, Ml = Sl * Mp;
+        const long *as = astr + 4 * l, *gs = gstr + 4 * l;
+        for (long s = 0; s < Sl; s++) {
+            float *dst = p + s * Mp;
+            transpose(a[l] + r * as[0] + s * as[1], as[2], as[3], M, j[l] - 1, dst, Ml);
+            for (long m = 0; m < M; m++) dst[(j[l] - 1) * Ml + m] = 1.0f;
+            for (long jj = 0; jj < j[l]; jj++) memset(dst + jj * Ml + M, 0, (Mp - M) * sizeof(float));
+        }
+        p += j[l] * Ml;
+        for (long s = 0; s < S; s++) {
+            float *dst = p + s * Mp;
+            transpose(g[l] + r * gs[0] + s * gs[1], gs[2], gs[3], M, o[l], dst, n);
+            for (long oo = 0; oo < o[l]; oo++) memset(dst + oo * n + M, 0, (Mp - M) * sizeof(float));
+        }
+        p += o[l] * n;
+    }
+}
+
 /* packed[r]: per layer a^T [j, Ml] (the inputs a[r, s, m, :] with a 1 appended; Ml = Mp where shared, else S Mp) and
    g^T [o, S Mp], each sample's M examples padded with zeros to Mp, a whole number of vectors; a[l] and g[l] read
    through their strides (astr, gstr: replica, sample, example, unit). Once a step: the products reuse it. */
 void outer_pack(const float *const *a, const long *astr, const float *const *g, const long *gstr, const long *j,
                 const long *o, const long *shared, long L, long R, long S, long M, float *packed) {
-    long Mp = padded(M), n = S * Mp, W = outer_pack_size(S, M, j, o, shared, L);
-    for (long r = 0; r < R; r++) {
-        float *p = packed + r * W;
-        for (long l = 0; l < L; l++) {
-            long Sl = shared[l] ? 1 : S, Ml = Sl * Mp;
-            const long *as = astr + 4 * l, *gs = gstr + 4 * l;
-            for (long s = 0; s < Sl; s++) {
-                float *dst = p + s * Mp;
-                transpose(a[l] + r * as[0] + s * as[1], as[2], as[3], M, j[l] - 1, dst, Ml);
-                for (long m = 0; m < M; m++) dst[(j[l] - 1) * Ml + m] = 1.0f;
-                for (long jj = 0; jj < j[l]; jj++) memset(dst + jj * Ml + M, 0, (Mp - M) * sizeof(float));
-            }
-            p += j[l] * Ml;
-            for (long s = 0; s < S; s++) {
-                float *dst = p + s * Mp;
-                transpose(g[l] + r * gs[0] + s * gs[1], gs[2], gs[3], M, o[l], dst, n);
-                for (long oo = 0; oo < o[l]; oo++) memset(dst + oo * n + M, 0, (Mp - M) * sizeof(float));
-            }
-            p += o[l] * n;
-        }
-    }
+    long W = outer_pack_size(S, M, j, o, shared, L);
+    for (long r = 0; r < R; r++) pack_replica(a, astr, g, gstr, j, o, shared, L, r, S, M, packed + r * W);
 }
 
 long outer_times_work(long S, long M, const long *o, long L, long k) {
@@ -126,70 +133,209 @@ static void rows_times(const float *restrict aT, long j, long Ml, const float *r
     }
 }
 
+/* Scratch of one replica's products (times_replica), carved from work (outer_times_work floats). */
+typedef struct { float *TT, *XT, *H, *zero, *db; } scratch;
+
+static scratch carve(float *work, long S, long M, const long *o, long L, long k) {
+    long n = S * padded(M), mx = 0;
+    for (long l = 0; l < L; l++) if (o[l] * k > mx) mx = o[l] * k;
+    scratch w;
+    w.TT = aligned(work), w.XT = w.TT + k * n, w.H = w.XT + padded(mx) * n, w.zero = w.H + padded(mx) * n,
+    w.db = w.zero + padded(mx);
+    memset(w.zero, 0, mx * sizeof(float));
+    memset(w.H, 0, padded(mx) * n * sizeof(float));   /* finite (and not denormal) past o k */
+    return w;
+}
+
+/* out [P, k] = c2 G G^T Y for one replica's packed inputs and gradients p and Y [P, k]. */
+static void times_replica(const float *p, const long *j, const long *o, const long *shared, long L, long S, long M,
+                          long k, const float *Yr, float c2, float *outr, scratch w) {
+    long Mp = padded(M), n = S * Mp, nv = Mp / V;
+    float *TT = w.TT, *XT = w.XT, *H = w.H;
+    const float *aT[L], *gT[L];
+    for (long l = 0; l < L; l++) {
+        aT[l] = p; p += j[l] * width(S, M, shared, l);
+        gT[l] = p; p += o[l] * n;
+    }
+    memset(TT, 0, k * n * sizeof(float));
+    for (long l = 0, off = 0; l < L; off += j[l] * o[l], l++) {   /* T^T [k, n] = (G^T Y)^T */
+        long Ml = shared[l] ? Mp : n, ok = o[l] * k;
+        layer_fwd(aT[l], j[l], Ml, Yr + off * k, w.zero, ok, XT, 0);   /* X^T [o k, Ml] = Y_l^T a^T */
+        for (long s = 0; s < S; s++) {   /* T^T[kk, s] += sum_o g^T[o, s] X^T[o k + kk]: blocks of 4 vectors */
+            long xs = shared[l] ? 0 : s * Mp;
+            for (long kk = 0; kk < k; kk++)
+                for (long v0 = 0; v0 < nv; v0 += 4) {
+                    long nb = nv - v0 < 4 ? nv - v0 : 4, u1 = nb > 1, u2 = nb > 2 ? 2 : u1, u3 = nb > 3 ? 3 : u2;
+                    vf *t = (vf *)(TT + kk * n + s * Mp) + v0;
+                    vf t0 = t[0], t1 = t[u1], t2 = t[u2], t3 = t[u3];
+                    for (long oo = 0; oo < o[l]; oo++) {
+                        const vf *gv = (const vf *)(gT[l] + oo * n + s * Mp) + v0,
+                                 *xv = (const vf *)(XT + (oo * k + kk) * Ml + xs) + v0;
+                        t0 += gv[0] * xv[0]; t1 += gv[u1] * xv[u1]; t2 += gv[u2] * xv[u2]; t3 += gv[u3] * xv[u3];
+                    }
+                    vf tb[4] = {t0, t1, t2, t3};
+                    for (long u = 0; u < nb; u++) t[u] = tb[u];
+                }
+        }
+    }
+    vf c = splat(c2);
+    for (long v = 0; v < k * n / V; v++) ((vf *)TT)[v] *= c;
+    for (long l = 0, off = 0; l < L; off += j[l] * o[l], l++) {   /* (G W)_l with W = c2 T */
+        long Ml = shared[l] ? Mp : n, ok = o[l] * k;
+        for (long oo = 0; oo < o[l]; oo++)
+            for (long kk = 0; kk < k; kk++) {
+                vf *h = (vf *)(XT + (oo * k + kk) * Ml);   /* H^T [o k, Ml] */
+                const vf *gv = (const vf *)(gT[l] + oo * n), *tv = (const vf *)(TT + kk * n);
+                if (shared[l])
+                    for (long v = 0; v < nv; v++) {
+                        vf acc = gv[v] * tv[v];
+                        for (long s = 1; s < S; s++) acc += gv[s * nv + v] * tv[s * nv + v];
+                        h[v] = acc;
+                    }
+                else
+                    for (long v = 0; v < S * nv; v++) h[v] = gv[v] * tv[v];
+            }
+        if (ok < V)   /* a few columns: dot products along the examples */
+            layer_grads(aT[l], j[l], Ml, XT, ok, outr + off * k, w.db);
+        else {        /* H [Ml, o k] = (H^T)^T, then rows of a times H */
+            transpose(XT, Ml, 1, ok, Ml, H, padded(ok));
+            rows_times(aT[l], j[l], Ml, H, padded(ok), ok, outr + off * k);
+        }
+    }
+}
+
 void outer_times(const float *packed, const long *j, const long *o, const long *shared, long L, const float *Y,
                  const float *c2, float *out, long R, long S, long M, long k, float *work) {
-    long Mp = padded(M), n = S * Mp, nv = Mp / V, P = 0, mx = 0, W = outer_pack_size(S, M, j, o, shared, L);
-    for (long l = 0; l < L; l++) {
-        P += j[l] * o[l];
-        if (o[l] * k > mx) mx = o[l] * k;
+    long P = 0, W = outer_pack_size(S, M, j, o, shared, L);
+    for (long l = 0; l < L; l++) P += j[l] * o[l];
+    scratch w = carve(work, S, M, o, L, k);
+    for (long r = 0; r < R; r++) times_replica(packed + r * W, j, o, shared, L, S, M, k, Y + r * P * k, c2[r],
+                                               out + r * P * k, w);
+}
+
+typedef double vd __attribute__((vector_size(8 * sizeof(double)), aligned(sizeof(double))));   /* unaligned */
+
+static double dotd(const double *x, const double *y, long n) {   /* two vectors of partial sums, then the tail */
+    vd s0 = {0}, s1 = {0};
+    long i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 += *(const vd *)(x + i) * *(const vd *)(y + i);
+        s1 += *(const vd *)(x + i + 8) * *(const vd *)(y + i + 8);
     }
-    float *TT = aligned(work), *XT = TT + k * n, *H = XT + padded(mx) * n, *zero = H + padded(mx) * n,
-          *db = zero + padded(mx);
-    const float *aT[L], *gT[L];
-    memset(zero, 0, mx * sizeof(float));
-    memset(H, 0, padded(mx) * n * sizeof(float));   /* finite (and not denormal) past o k */
+    s0 += s1;
+    double s = 0;
+    for (long e = 0; e < 8; e++) s += s0[e];
+    for (; i < n; i++) s += x[i] * y[i];
+    return s;
+}
+
+static void axpyd(double a, const double *x, double *y, long n) { for (long i = 0; i < n; i++) y[i] += a * x[i]; }
+
+/* Q [P, k] = the orthonormal factor of Y [P, k] (row-major) by Householder reflections with LAPACK's conventions
+   (sgeqr2, then sorg2r: R's diagonal entry -sign(alpha) |column|, so Q's column signs are those of torch.linalg.qr's),
+   in float64 on A [k, P] (Y's columns, contiguous) and tau [k]; sq [k]: Y's columns' squared norms, where not NULL. */
+static void columns(const float *Y, long P, long k, double *A) {   /* A [k, P] = Y [P, k]^T in float64 */
+    for (long i = 0; i < P; i++)
+        for (long c = 0; c < k; c++) A[c * P + i] = Y[i * k + c];
+}
+
+static void householder_q(const float *Y, long P, long k, float *Q, double *A, double *tau, double *sq) {
+    columns(Y, P, k, A);
+    if (sq)
+        for (long c = 0; c < k; c++) sq[c] = dotd(A + c * P, A + c * P, P);
+    for (long c = 0; c < k; c++) {
+        double *a = A + c * P, alpha = a[c], xx = dotd(a + c + 1, a + c + 1, P - c - 1);
+        if (xx == 0) { tau[c] = 0; continue; }
+        double beta = -copysign(sqrt(alpha * alpha + xx), alpha), s = 1 / (alpha - beta);
+        tau[c] = (beta - alpha) / beta;
+        for (long i = c + 1; i < P; i++) a[i] *= s;   /* v = [1; x / (alpha - beta)] */
+        a[c] = beta;
+        for (long cc = c + 1; cc < k; cc++) {   /* H_c = I - tau v v^T on the columns to the right */
+            double *b = A + cc * P, w = tau[c] * (b[c] + dotd(a + c + 1, b + c + 1, P - c - 1));
+            b[c] -= w;
+            axpyd(-w, a + c + 1, b + c + 1, P - c - 1);
+        }
+    }
+    for (long c = k - 1; c >= 0; c--) {   /* Q = H_0 ... H_{k-1} I[:, :k], in place over the reflectors (sorg2r) */
+        double *a = A + c * P;
+        for (long cc = c + 1; cc < k; cc++) {   /* column cc is 0 in row c */
+            double *b = A + cc * P, w = tau[c] * dotd(a + c + 1, b + c + 1, P - c - 1);
+            b[c] = -w;
+            axpyd(-w, a + c + 1, b + c + 1, P - c - 1);
+        }
+        for (long i = c + 1; i < P; i++) a[i] *= -tau[c];
+        a[c] = 1 - tau[c];
+        for (long i = 0; i < c; i++) a[i] = 0;
+    }
+    for (long i = 0; i < P; i++)
+        for (long c = 0; c < k; c++) Q[i * k + c] = (float)A[c * P + i];
+}
+
+/* out = a2 U U^T Y + c2 G G^T Y for one replica (U [P, Lu]); U^T Y by four partial sums per entry. */
+static void apply_A(const float *p, const long *j, const long *o, const long *shared, long L, long S, long M, long k,
+                    const float *U, long Lu, float a2, float c2, const float *Y, float *out, scratch w) {
+    long P = 0;
+    for (long l = 0; l < L; l++) P += j[l] * o[l];
+    times_replica(p, j, o, shared, L, S, M, k, Y, c2, out, w);
+    for (long l = 0; l < Lu; l++)
+        for (long c = 0; c < k; c++) {
+            float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            long q = 0;
+            for (; q + 4 <= P; q += 4) {
+                s0 += U[q * Lu + l] * Y[q * k + c];
+                s1 += U[(q + 1) * Lu + l] * Y[(q + 1) * k + c];
+                s2 += U[(q + 2) * Lu + l] * Y[(q + 2) * k + c];
+                s3 += U[(q + 3) * Lu + l] * Y[(q + 3) * k + c];
+            }
+            for (; q < P; q++) s0 += U[q * Lu + l] * Y[q * k + c];
+            float utY = a2 * ((s0 + s1) + (s2 + s3));
+            for (long qq = 0; qq < P; qq++) out[qq * k + c] += U[qq * Lu + l] * utY;
+        }
+}
+
+long outer_nystrom_work(long S, long M, const long *j, const long *o, const long *shared, long L, long k) {
+    long P = 0;
+    for (long l = 0; l < L; l++) P += j[l] * o[l];
+    /* the products' scratch, one replica's packed operands, Y and Q [P, k], A, tau and two norms in float64 */
+    return outer_times_work(S, M, o, L, k) + outer_pack_size(S, M, j, o, shared, L) + V + 2 * P * k
+           + 2 * (P * k + 3 * k) + 2;
+}
+
+/* SLANG's randomised Nystrom eigensolver's subspace (core/linalg/low_rank.nystrom_range) for R replicas of
+   A = a2 U U^T + c2 G G^T, one replica at a time, its packed operands (pack_replica) staying in the core's cache for
+   all n_iter + 1 products: from Q = probes, n_iter - 1 steps Q = orth(A Q); Y = A Q, the shift
+   nu = 1e-7 sqrt(P) max_c |Y_c| / |Q_c|; Q = orth(Y) and E = A Q + nu Q. Writes Q, E [R, P, k] and nu [R]. */
+void outer_nystrom(const float *const *a, const long *astr, const float *const *g, const long *gstr, const long *j,
+                   const long *o, const long *shared, long L, long R, long S, long M, const float *U, long Lu,
+                   const float *a2, const float *c2, const float *probes, long k, long n_iter, float *Q, float *E,
+                   float *nu, float *work) {
+    long P = 0;
+    for (long l = 0; l < L; l++) P += j[l] * o[l];
+    scratch w = carve(work, S, M, o, L, k);
+    float *p = aligned(work + outer_times_work(S, M, o, L, k)), *Y = p + outer_pack_size(S, M, j, o, shared, L),
+          *Qr = Y + P * k;
+    double *A = (double *)(((uintptr_t)(Qr + P * k) + 7) & ~(uintptr_t)7), *tau = A + P * k, *yy = tau + k,
+           *qq = yy + k;
     for (long r = 0; r < R; r++) {
-        const float *p = packed + r * W;
-        for (long l = 0; l < L; l++) {
-            aT[l] = p; p += j[l] * width(S, M, shared, l);
-            gT[l] = p; p += o[l] * n;
+        const float *Ur = U + r * P * Lu;
+        float *Qo = Q + r * P * k, *Eo = E + r * P * k;
+        pack_replica(a, astr, g, gstr, j, o, shared, L, r, S, M, p);
+        memcpy(Qr, probes + r * P * k, P * k * sizeof(float));
+        for (long it = 0; it + 1 < n_iter; it++) {
+            apply_A(p, j, o, shared, L, S, M, k, Ur, Lu, a2[r], c2[r], Qr, Y, w);
+            householder_q(Y, P, k, Qr, A, tau, NULL);
         }
-        memset(TT, 0, k * n * sizeof(float));
-        const float *Yr = Y + r * P * k;
-        float *outr = out + r * P * k;
-        for (long l = 0, off = 0; l < L; off += j[l] * o[l], l++) {   /* T^T [k, n] = (G^T Y)^T */
-            long Ml = shared[l] ? Mp : n, ok = o[l] * k;
-            layer_fwd(aT[l], j[l], Ml, Yr + off * k, zero, ok, XT, 0);   /* X^T [o k, Ml] = Y_l^T a^T */
-            for (long s = 0; s < S; s++) {   /* T^T[kk, s] += sum_o g^T[o, s] X^T[o k + kk]: blocks of 4 vectors */
-                long xs = shared[l] ? 0 : s * Mp;
-                for (long kk = 0; kk < k; kk++)
-                    for (long v0 = 0; v0 < nv; v0 += 4) {
-                        long nb = nv - v0 < 4 ? nv - v0 : 4, u1 = nb > 1, u2 = nb > 2 ? 2 : u1, u3 = nb > 3 ? 3 : u2;
-                        vf *t = (vf *)(TT + kk * n + s * Mp) + v0;
-                        vf t0 = t[0], t1 = t[u1], t2 = t[u2], t3 = t[u3];
-                        for (long oo = 0; oo < o[l]; oo++) {
-                            const vf *gv = (const vf *)(gT[l] + oo * n + s * Mp) + v0,
-                                     *xv = (const vf *)(XT + (oo * k + kk) * Ml + xs) + v0;
-                            t0 += gv[0] * xv[0]; t1 += gv[u1] * xv[u1]; t2 += gv[u2] * xv[u2]; t3 += gv[u3] * xv[u3];
-                        }
-                        vf tb[4] = {t0, t1, t2, t3};
-                        for (long u = 0; u < nb; u++) t[u] = tb[u];
-                    }
-            }
+        apply_A(p, j, o, shared, L, S, M, k, Ur, Lu, a2[r], c2[r], Qr, Y, w);
+        columns(Qr, P, k, A);
+        for (long c = 0; c < k; c++) qq[c] = dotd(A + c * P, A + c * P, P);
+        householder_q(Y, P, k, Qo, A, tau, yy);
+        float anorm = 0;
+        for (long c = 0; c < k; c++) {
+            float ratio = (float)(sqrt(yy[c]) / sqrt(qq[c]));
+            if (c == 0 || ratio > anorm || ratio != ratio) anorm = ratio;   /* a NaN stays, as torch's amax */
         }
-        vf c = splat(c2[r]);
-        for (long v = 0; v < k * n / V; v++) ((vf *)TT)[v] *= c;
-        for (long l = 0, off = 0; l < L; off += j[l] * o[l], l++) {   /* (G W)_l with W = c2 T */
-            long Ml = shared[l] ? Mp : n, ok = o[l] * k;
-            for (long oo = 0; oo < o[l]; oo++)
-                for (long kk = 0; kk < k; kk++) {
-                    vf *h = (vf *)(XT + (oo * k + kk) * Ml);   /* H^T [o k, Ml] */
-                    const vf *gv = (const vf *)(gT[l] + oo * n), *tv = (const vf *)(TT + kk * n);
-                    if (shared[l])
-                        for (long v = 0; v < nv; v++) {
-                            vf acc = gv[v] * tv[v];
-                            for (long s = 1; s < S; s++) acc += gv[s * nv + v] * tv[s * nv + v];
-                            h[v] = acc;
-                        }
-                    else
-                        for (long v = 0; v < S * nv; v++) h[v] = gv[v] * tv[v];
-                }
-            if (ok < V)   /* a few columns: dot products along the examples */
-                layer_grads(aT[l], j[l], Ml, XT, ok, outr + off * k, db);
-            else {        /* H [Ml, o k] = (H^T)^T, then rows of a times H */
-                transpose(XT, Ml, 1, ok, Ml, H, padded(ok));
-                rows_times(aT[l], j[l], Ml, H, padded(ok), ok, outr + off * k);
-            }
-        }
+        nu[r] = (float)(1e-7 * sqrt((double)P)) * anorm;
+        apply_A(p, j, o, shared, L, S, M, k, Ur, Lu, a2[r], c2[r], Qo, Eo, w);
+        for (long i = 0; i < P * k; i++) Eo[i] += nu[r] * Qo[i];
     }
 }

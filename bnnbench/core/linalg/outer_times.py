@@ -9,10 +9,13 @@ SLANG's randomised eigensolvers (Mishkin et al., 2018; ``eig: nystrom`` and ``ra
 replicas x 200 pairs x 50 units those GEMMs pass ``[100, 51, 200]`` products through memory ten times a step, two
 thirds of the step on naval (``torch.profiler``; results/README.md, Speed). The kernel takes one replica at a time, in
 a buffer that stays in the cache, and forms the shared first layer's products once per example rather than once per
-sample; ``pack`` transposes the inputs and gradients for it once a step. Both are operators with shape rules
-(``bnnbench::outer_pack``, ``bnnbench::outer_times``), so a compiled step's graph holds them; the eager step, and so
-every record, keeps torch's products. Built at first use (``c_kernels``); where it cannot be, one warning, and the
-compiled step keeps torch's products.
+sample; ``pack`` transposes the inputs and gradients for it once a step. ``nystrom_range`` runs the Nystrom
+eigensolver's whole subspace iteration (its five products and four orthonormalisations) one replica at a time, the
+replica's packed operands staying in the core's cache throughout, where ``pack`` and ``times`` stream every replica's
+through memory for each product (SLANG's compiled step on naval 1.3x, results/README.md, Speed). All three are operators
+with shape rules (``bnnbench::outer_pack``, ``bnnbench::outer_times``, ``bnnbench::outer_nystrom``), so a compiled
+step's graph holds them; the eager step, and so every record, keeps torch's products. Built at first use
+(``c_kernels``); where it cannot be, one warning, and the compiled step keeps torch's products.
 """
 
 from __future__ import annotations
@@ -36,7 +39,10 @@ def _library() -> ctypes.CDLL | None:
         "outer_pack_size": ([n, n, p, p, p, n], n),
         "outer_pack": ([p, p, p, p, p, p, p, n, n, n, n, p], None),
         "outer_times_work": ([n, n, p, n, n], n),
-        "outer_times": ([p, p, p, p, n, p, p, p, n, n, n, n, p], None)}, instead="torch's products")
+        "outer_times": ([p, p, p, p, n, p, p, p, n, n, n, n, p], None),
+        "outer_nystrom_work": ([n, n, p, p, p, n, n], n),
+        "outer_nystrom": ([p, p, p, p, p, p, p, n, n, n, n, p, n, p, p, p, n, n, p, p, p, p], None)},
+        instead="torch's products")
 
 
 def available() -> bool:
@@ -134,3 +140,44 @@ def times(packed: torch.Tensor, layers: list[int], S: int, M: int, Y: torch.Tens
 @times.register_fake
 def _(packed, layers, S, M, Y, c2):
     return Y.new_empty(Y.shape)
+
+
+def nystrom_range(acts, gs, U: torch.Tensor, a2: torch.Tensor, c2: torch.Tensor, probes: torch.Tensor,
+                  n_iter: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``low_rank.nystrom_range`` of ``A = a2 U U^T + c2 G G^T`` (``U [R, P, L]``, ``a2, c2 [R]``, G given by the
+    layers' inputs and gradients as for ``pack``) from ``probes [R, P, k]``: ``(Q, E, nu [R, 1, 1])``. One replica at a
+    time, its inputs and gradients packed into a buffer that stays in the core's cache for all ``n_iter + 1``
+    products (``times`` streams every replica's from memory for each), the orthonormal factors by Householder
+    reflections as LAPACK's (the same column signs as ``torch.linalg.qr``), in float64."""
+    layers, S, M = layout(acts, gs)
+    Q, E, nu = _nystrom(list(acts), list(gs), layers, S, M, U, a2, c2, probes, n_iter)
+    return Q, E, nu[:, None, None]
+
+
+@torch.library.custom_op("bnnbench::outer_nystrom", mutates_args=(), device_types="cpu")
+def _nystrom(acts: list[torch.Tensor], gs: list[torch.Tensor], layers: list[int], S: int, M: int, U: torch.Tensor,
+             a2: torch.Tensor, c2: torch.Tensor, probes: torch.Tensor, n_iter: int
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    lib = _library()
+    j, o, shared, L = _split(layers)
+    U, a2, c2, probes = U.contiguous(), a2.contiguous(), c2.contiguous(), probes.contiguous()
+    R, P, k = probes.shape
+    if int((j * o).sum()) != P or U.shape[:2] != (R, P):
+        raise ValueError(f"outer_times: layers {list(zip(j.tolist(), o.tolist()))} do not tile probes "
+                         f"{list(probes.shape)} and U {list(U.shape)}")
+    a_ptr, g_ptr = _longs(a.data_ptr() for a in acts), _longs(g.data_ptr() for g in gs)
+    a_str = _longs(s for a in acts for s in a.stride())
+    g_str = _longs(s for g in gs for s in g.stride())
+    work = torch.empty(lib.outer_nystrom_work(S, M, j.data_ptr(), o.data_ptr(), shared.data_ptr(), L, k),
+                       dtype=torch.float32)
+    Q, E, nu = probes.new_empty(R, P, k), probes.new_empty(R, P, k), probes.new_empty(R)
+    lib.outer_nystrom(a_ptr.data_ptr(), a_str.data_ptr(), g_ptr.data_ptr(), g_str.data_ptr(), j.data_ptr(),
+                      o.data_ptr(), shared.data_ptr(), L, R, S, M, U.data_ptr(), U.shape[-1], a2.data_ptr(),
+                      c2.data_ptr(), probes.data_ptr(), k, n_iter, Q.data_ptr(), E.data_ptr(), nu.data_ptr(),
+                      work.data_ptr())
+    return Q, E, nu
+
+
+@_nystrom.register_fake
+def _(acts, gs, layers, S, M, U, a2, c2, probes, n_iter):
+    return probes.new_empty(probes.shape), probes.new_empty(probes.shape), probes.new_empty(probes.shape[0])

@@ -29,7 +29,7 @@ import torch
 
 from bnnbench.core.linalg import outer_times
 from bnnbench.core.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag, nystrom_eig,
-                                      top_eigh)
+                                      nystrom_top, top_eigh)
 from bnnbench.core.linalg.per_example import (backprop, collapse_samples, forward_cache, gradient_gram,
                                               gradient_t_times, gradient_times, layer_factors, materialise, sum_grads,
                                               sum_sq_grads)
@@ -128,7 +128,8 @@ class SLANG(Method):
         129 x 129), the SIMD kernel of ``linalg.top_eigpair``, an operator inside the graph (the eager step's LAPACK
         eigenpairs to float rounding); else LAPACK, eagerly between the compiled parts (``top_eigh``). The randomised
         eigensolvers' products with the per-example gradients' outer products: on the CPU in float32, the kernel of
-        ``linalg.outer_times``, an operator inside the graph."""
+        ``linalg.outer_times``, an operator inside the graph; for ``eig: nystrom`` its whole subspace iteration
+        (``outer_times.nystrom_range``), products and orthonormalisations, replica by replica."""
         outer = outer_times.available()
         return compile(lambda state, batch, noise, lr_scale=1.0: self.step(state, batch, noise, lr_scale,
                                                                           closed_form=True, outer=outer))
@@ -238,21 +239,25 @@ class SLANG(Method):
         if how not in ("randomized", "nystrom"):
             raise ValueError(f"unknown eig {how!r}; valid: gram, randomized, nystrom")
 
-        if fused:
-            packed, layers, S, M = outer_times.pack(acts, gs)
-            c2 = (c * c).view(R)
-
-            def GGt(Y):
-                return outer_times.times(packed, layers, S, M, Y, c2)
+        if fused and how == "nystrom":   # the whole subspace iteration in the kernel, replica by replica
+            e, V = nystrom_top(*outer_times.nystrom_range(acts, gs, U, (a_U * a_U).view(R), (c * c).view(R), probes,
+                                                          self.cfg.n_iter), L)
         else:
-            def GGt(Y):
-                return Gx(Gt(Y))
+            if fused:
+                packed, layers, S, M = outer_times.pack(acts, gs)
+                c2 = (c * c).view(R)
 
-        def A(Y):
-            return a_U ** 2 * (U @ (U.transpose(1, 2) @ Y)) + GGt(Y)
+                def GGt(Y):
+                    return outer_times.times(packed, layers, S, M, Y, c2)
+            else:
+                def GGt(Y):
+                    return Gx(Gt(Y))
 
-        eig = fast_eig if how == "randomized" else nystrom_eig
-        e, V = eig(A, probes, L, n_iter=self.cfg.n_iter)
+            def A(Y):
+                return a_U ** 2 * (U @ (U.transpose(1, 2) @ Y)) + GGt(Y)
+
+            eig = fast_eig if how == "randomized" else nystrom_eig
+            e, V = eig(A, probes, L, n_iter=self.cfg.n_iter)
         e = torch.where(resolved(e, P), e, torch.zeros_like(e))
         return V * e.sqrt().unsqueeze(1)
 
