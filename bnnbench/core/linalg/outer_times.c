@@ -9,9 +9,9 @@
    over the samples before the product with a: a pass over M, not S M, examples. The inputs and gradients are
    transposed once a step (outer_pack: examples innermost, each sample's M padded with zeros to whole vectors); the
    products take one replica at a time, in a scratch buffer that stays in the core's cache: X by blocked.h's layer_fwd,
-   a H by its layer_grads where o k is under a vector's 16 columns, else by rows_times on H transposed. outer_nystrom packs
-   and multiplies one replica at a time for the whole of SLANG's Nystrom subspace iteration (its operands stay in the
-   core's cache for the five products), orthonormalising by Householder reflections as LAPACK does. */
+   a H by its layer_grads where o k is under a vector's 16 columns, else by rows_times on H transposed. outer_nystrom
+   packs and multiplies one replica at a time for the whole of SLANG's Nystrom subspace iteration (its operands stay in
+   the core's cache for the five products), orthonormalising by Householder reflections as LAPACK does. */
 #include <math.h>
 #include "blocked.h"
 
