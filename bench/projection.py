@@ -83,8 +83,10 @@ def pick(ratios: pd.DataFrame, method: str, protocol: str, data: str, R: int):
     return None
 
 
-def read_retimed(path: Path) -> pd.DataFrame:
-    """``bench/retime.py``'s rows: the latest re-run of each cell whose configuration is its record's."""
+def read_retimed(path: Path, mkl_any_vendor: bool = False) -> pd.DataFrame:
+    """``bench/retime.py``'s rows: the latest re-run of each cell whose configuration is its record's. As
+    ``read_ratios``: by default the re-runs without ``BNNBENCH_MKL_ANY_VENDOR``; with ``mkl_any_vendor``, a cell's
+    re-runs with it before those without (rows of before 2026-12-03 say nothing of the mode: they ran without it)."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
     df = pd.DataFrame(rows, columns=["experiment", "label", "dataset", "wall_s", "hpo_s", "train_s", "compile",
                                      "changed", "when"] if not rows else None)
@@ -92,7 +94,10 @@ def read_retimed(path: Path) -> pd.DataFrame:
         return df
     if "sample" not in df:
         df["sample"] = None
-    df = df[df["changed"].map(len) == 0].sort_values("when")
+    df["mode"] = df["mkl_any_vendor"].fillna(False).astype(bool) if "mkl_any_vendor" in df else False
+    if not mkl_any_vendor:
+        df = df[~df["mode"]]
+    df = df[df["changed"].map(len) == 0].sort_values(["mode", "when"])
     return df.drop_duplicates(["experiment", "label", "dataset"], keep="last")
 
 
@@ -188,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sources", action="store_true", help="also list the speed-up each method and protocol used")
     ap.add_argument("--measured", action="store_true", help="only list the measured rows (the latest of each)")
     ap.add_argument("--mkl-any-vendor", action="store_true",
-                    help="the step ratios measured with BNNBENCH_MKL_ANY_VENDOR=1 (core/linalg/mkl_vendor) where there "
-                         "are any, else those without; a re-run cell counts as re-run (without it)")
+                    help="the step ratios and re-runs measured with BNNBENCH_MKL_ANY_VENDOR=1 (core/linalg/mkl_vendor) "
+                         "where there are any, else those without")
     args = ap.parse_args(argv)
     if args.measured:
         df = read_ratios(args.ratios, args.mkl_any_vendor)
@@ -200,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(out, index=False) if args.markdown else out.to_string(index=False))
         return 0
     experiments = makefile_experiments()
-    ratios, retimed = read_ratios(args.ratios, args.mkl_any_vendor), read_retimed(args.retimed)
+    ratios, retimed = read_ratios(args.ratios, args.mkl_any_vendor), read_retimed(args.retimed, args.mkl_any_vendor)
     records, base = from_records(args.runs_root, ratios)
     runs = phase_seconds(with_retimed(records, retimed))
     runs["recorded"] = phase_seconds(records)["total"]

@@ -121,6 +121,7 @@ def compare(root: Path, runs: Path = RUNS) -> list[dict]:
                "hpo_s": b.get("hpo_time_s") or 0.0, "train_s": b.get("train_time_s") or 0.0,
                "compile": bool((b.get("config") or {}).get("compile")), "changed": protocol_changes(a, b),
                "recorded_commit": a.get("git_commit"), "commit": b.get("git_commit"),
+               "mkl_any_vendor": "mkl any vendor" in str(b.get("numerics") or ""),   # BNNBENCH_MKL_ANY_VENDOR=1
                "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime(f.stat().st_mtime))}
         metrics, identical, rel = {}, True, 0.0
         for key in sorted(set(a.get("summary") or {}) & set(b.get("summary") or {})):

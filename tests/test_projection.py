@@ -83,9 +83,25 @@ def test_the_nearest_measured_replica_count_is_used(tmp_path):
     assert pj.pick(df, "vadam", "nng_uci", "uci/protein", 20) is None
 
 
-def _retimed(exp, label, data, wall, hpo, train, compile_, changed=(), when="2026-12-01 22:00"):
+def _retimed(exp, label, data, wall, hpo, train, compile_, changed=(), when="2026-12-01 22:00", **extra):
     return {"experiment": exp, "label": label, "dataset": data, "wall_s": wall, "hpo_s": hpo, "train_s": train,
-            "compile": compile_, "changed": list(changed), "when": when}
+            "compile": compile_, "changed": list(changed), "when": when, **extra}
+
+
+def test_re_runs_in_the_mkl_mode_count_only_for_the_modes_projection(tmp_path):
+    """A re-run with ``BNNBENCH_MKL_ANY_VENDOR=1`` replaces its record only in ``--mkl-any-vendor``'s projection,
+    where it wins over a later re-run without the mode (as the step rows); rows that say nothing of the mode ran
+    without it."""
+    log = tmp_path / "retime.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in [
+        _retimed("t", "bbb", "uci/boston", 90.0, 4.0, 80.0, True, when="2026-12-03 10:00", mkl_any_vendor=True),
+        _retimed("t", "bbb", "uci/boston", 120.0, 4.0, 110.0, True, when="2026-12-03 11:00", mkl_any_vendor=False),
+        _retimed("t", "bbb", "uci/wine", 300.0, 4.0, 290.0, True),
+    ]))
+    plain = pj.read_retimed(log).set_index(["label", "dataset"])["wall_s"]
+    mode = pj.read_retimed(log, mkl_any_vendor=True).set_index(["label", "dataset"])["wall_s"]
+    assert plain[("bbb", "uci/boston")] == 120.0 and mode[("bbb", "uci/boston")] == 90.0
+    assert plain[("bbb", "uci/wine")] == mode[("bbb", "uci/wine")] == 300.0
 
 
 def test_a_re_run_replaces_its_record(tmp_path):

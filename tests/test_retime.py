@@ -12,14 +12,14 @@ bench_module("cells_ab")
 rt = bench_module("retime")
 
 
-def _record(root, label, wall, rmse, spec, compile_=False, ll=-1.5, train=None):
+def _record(root, label, wall, rmse, spec, compile_=False, ll=-1.5, train=None, numerics="torch 2.13.0+cpu; aten AVX2"):
     d = root / "exp" / label / "uci__yacht"
     d.mkdir(parents=True)
     (d / "record.json").write_text(json.dumps({
         "dataset": "uci/yacht", "wall_time_s": wall, "hpo_time_s": 1.0,
         "train_time_s": wall - 2.0 if train is None else train,
         "summary": {"rmse": {"mean": rmse, "stderr": 0.1, "n": 20}, "loglik_pointwise": ll, "note": "text"},
-        "config": {"compile": compile_, "spec": spec}, "git_commit": "abc"}))
+        "config": {"compile": compile_, "spec": spec}, "git_commit": "abc", "numerics": numerics}))
 
 
 def test_re_runs_are_paired_with_their_records(tmp_path):
@@ -34,8 +34,12 @@ def test_re_runs_are_paired_with_their_records(tmp_path):
     _record(runs, "lr", 100.0, 1.0, fixed)
     _record(root, "lr", 10.0, 1.0, {**fixed, "method": {"lr": 0.05}})       # another experiment
     _record(root, "new_cell", 10.0, 1.0, fixed)                               # no record to compare with
+    _record(runs, "mode", 100.0, 1.0, fixed)
+    _record(root, "mode", 30.0, 1.0, fixed, compile_=True, numerics="torch 2.13.0+cpu; aten AVX2; mkl any vendor")
     rows = {r["label"]: r for r in rt.compare(root, runs)}
-    assert set(rows) == {"same", "compiled", "resumed", "lr"}
+    assert set(rows) == {"same", "compiled", "resumed", "lr", "mode"}
+    assert rows["mode"]["mkl_any_vendor"] and not rows["compiled"]["mkl_any_vendor"]
+    del rows["mode"]
     s = rows["same"]
     assert s["identical"] and s["max_rel_diff"] == 0.0 and not s["compile"] and s["changed"] == []
     assert (s["recorded_s"], s["wall_s"], s["train_s"]) == (100.0, 40.0, 38.0)
