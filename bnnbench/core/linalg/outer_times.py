@@ -95,6 +95,13 @@ def _pack_width(layers: list[int], S: int, M: int) -> int:
     return sum(j * (Mp if sh else S * Mp) + o * S * Mp for j, o, sh in zip(layers[0::3], layers[1::3], layers[2::3]))
 
 
+def _operands(acts, gs) -> tuple[torch.Tensor, ...]:
+    """The layers' inputs' and gradients' addresses and strides as the C functions take them (``a, astr, g, gstr``);
+    the caller keeps them alive over the call."""
+    return (_longs(a.data_ptr() for a in acts), _longs(s for a in acts for s in a.stride()),
+            _longs(g.data_ptr() for g in gs), _longs(s for g in gs for s in g.stride()))
+
+
 @torch.library.custom_op("bnnbench::outer_pack", mutates_args=(), device_types="cpu")
 def _pack(acts: list[torch.Tensor], gs: list[torch.Tensor], layers: list[int], S: int, M: int) -> torch.Tensor:
     """``[R, W]``: per replica and layer, the inputs with a 1 appended ``[j, Ml]`` and the gradients ``[o, S Mp]``,
@@ -105,11 +112,9 @@ def _pack(acts: list[torch.Tensor], gs: list[torch.Tensor], layers: list[int], S
     R = gs[0].shape[0]
     packed = torch.empty(R, _pack_width(layers, S, M), dtype=torch.float32)
     assert packed.data_ptr() % 64 == 0   # the kernel loads whole aligned vectors of 16 floats
-    a_ptr, g_ptr = _longs(a.data_ptr() for a in acts), _longs(g.data_ptr() for g in gs)
-    a_str = _longs(s for a in acts for s in a.stride())
-    g_str = _longs(s for g in gs for s in g.stride())
-    lib.outer_pack(a_ptr.data_ptr(), a_str.data_ptr(), g_ptr.data_ptr(), g_str.data_ptr(), j.data_ptr(), o.data_ptr(),
-                   shared.data_ptr(), L, R, S, M, packed.data_ptr())
+    operands = _operands(acts, gs)
+    lib.outer_pack(*(t.data_ptr() for t in operands), j.data_ptr(), o.data_ptr(), shared.data_ptr(), L, R, S, M,
+                   packed.data_ptr())
     return packed
 
 
@@ -165,16 +170,13 @@ def _nystrom(acts: list[torch.Tensor], gs: list[torch.Tensor], layers: list[int]
     if int((j * o).sum()) != P or U.shape[:2] != (R, P):
         raise ValueError(f"outer_times: layers {list(zip(j.tolist(), o.tolist()))} do not tile probes "
                          f"{list(probes.shape)} and U {list(U.shape)}")
-    a_ptr, g_ptr = _longs(a.data_ptr() for a in acts), _longs(g.data_ptr() for g in gs)
-    a_str = _longs(s for a in acts for s in a.stride())
-    g_str = _longs(s for g in gs for s in g.stride())
+    operands = _operands(acts, gs)
     work = torch.empty(lib.outer_nystrom_work(S, M, j.data_ptr(), o.data_ptr(), shared.data_ptr(), L, k),
                        dtype=torch.float32)
     Q, E, nu = probes.new_empty(R, P, k), probes.new_empty(R, P, k), probes.new_empty(R)
-    lib.outer_nystrom(a_ptr.data_ptr(), a_str.data_ptr(), g_ptr.data_ptr(), g_str.data_ptr(), j.data_ptr(),
-                      o.data_ptr(), shared.data_ptr(), L, R, S, M, U.data_ptr(), U.shape[-1], a2.data_ptr(),
-                      c2.data_ptr(), probes.data_ptr(), k, n_iter, Q.data_ptr(), E.data_ptr(), nu.data_ptr(),
-                      work.data_ptr())
+    lib.outer_nystrom(*(t.data_ptr() for t in operands), j.data_ptr(), o.data_ptr(), shared.data_ptr(), L, R, S, M,
+                      U.data_ptr(), U.shape[-1], a2.data_ptr(), c2.data_ptr(), probes.data_ptr(), k, n_iter,
+                      Q.data_ptr(), E.data_ptr(), nu.data_ptr(), work.data_ptr())
     return Q, E, nu
 
 
