@@ -429,8 +429,8 @@ def test_the_compiled_factor_root_takes_the_fallback_as_the_eager_one_does(dtype
 def test_the_compiled_fallback_clamps_the_failed_replicas_alone(monkeypatch):
     """After the SIMD kernel, the compiled fallback (``bnnbench::clamped_root_where_failed``) eigendecomposes only the
     factors whose factorisation failed (a selection round's diverging candidate must not cost every replica a
-    float64 eigendecomposition at every step) and gives each the clamped root that the eager fallback gives; the
-    others keep the kernel's C, bit for bit."""
+    float64 eigendecomposition at every step) and gives each the clamped root that the eager fallback gives, NaN
+    where the factor is not finite (without decomposing it); the others keep the kernel's C, bit for bit."""
     from bnnbench.core.linalg import chol_root
     from bnnbench.methods.kfac import kronecker
     g = torch.Generator().manual_seed(1)
@@ -451,6 +451,13 @@ def test_the_compiled_fallback_clamps_the_failed_replicas_alone(monkeypatch):
     sizes.clear()
     assert torch.equal(torch.ops.bnnbench.clamped_root_where_failed(X, floor, C, torch.zeros_like(info)), C)
     assert sizes == []
+    X[1, 2, 4] = X[1, 4, 2] = float("nan")   # a diverged replica's factor: NaN, with no eigendecomposition
+    C, info = chol_root.chol_root(X)
+    assert (info != 0).tolist() == [False, True, False, True, False]
+    out = torch.ops.bnnbench.clamped_root_where_failed(X, floor, C, info)
+    assert sizes == [1] and torch.isnan(out[1]).all() and torch.isnan(kronecker.inv_chol_t(X, floor)[1]).all()
+    assert torch.equal(out[[0, 2, 4]], C[[0, 2, 4]])
+    assert torch.allclose(out[3] @ out[3].T, eager[3] @ eager[3].T, rtol=1e-10)
 
 
 @pytest.mark.parametrize("name", ["noisy_adam", "noisy_kfac", "noisy_kfac_blktri"])

@@ -79,14 +79,21 @@ def _clamped_chol(X: torch.Tensor, floor: torch.Tensor, L: torch.Tensor, bad: to
 def _clamped_root_where_failed(X: torch.Tensor, floor: torch.Tensor, C: torch.Tensor,
                                info: torch.Tensor) -> torch.Tensor:
     """``inv_chol_t``'s compiled fallback after the SIMD kernel: ``C`` with each replica whose factorisation failed
-    (``info != 0``) replaced by C = L^-T of its ``_clamped_factor``, computed for those replicas alone. An operator,
-    so the compiled step stays one graph and runs it as it is: a ``torch.cond`` branch had the batch's shape and
-    eigendecomposed every replica's factors in float64 whenever one failed, as a selection round's diverging candidate
-    does at every step (the UCI board's noisy K-FAC step: 2.5-3x slower compiled than eager, bench/step_ab.py)."""
+    (``info != 0``) replaced by C = L^-T of its ``_clamped_factor``, computed for those replicas alone, and NaN
+    without an eigendecomposition where X is not finite (a diverged candidate, which a selection round steps to its
+    end). An operator, so the compiled step stays one graph and runs it as it is: a ``torch.cond`` branch had the
+    batch's shape and eigendecomposed every replica's factors in float64 whenever one failed, as a selection round's
+    diverging candidate does at every step (the UCI board's noisy K-FAC step: 2.5-3x slower compiled than eager,
+    bench/step_ab.py)."""
     bad = (info != 0).nonzero()[:, 0]
     out = C.clone()
     if len(bad):
-        out[bad] = chol_root.root_of_factor(_clamped_factor(X[bad], floor[bad]))
+        Xb = X[bad]
+        fin = torch.isfinite(Xb).all(-1).all(-1)
+        Cb = torch.full_like(Xb, float("nan"))   # a non-finite factor (a diverged replica's): NaN, as _clamped_factor
+        if fin.any():
+            Cb[fin] = chol_root.root_of_factor(_clamped_factor(Xb[fin], floor[bad][fin]))
+        out[bad] = Cb
     return out
 
 
