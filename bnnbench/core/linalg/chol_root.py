@@ -76,10 +76,36 @@ def _lapack_chol_root(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 @torch.library.custom_op("bnnbench::chol_root_simd", mutates_args=(), device_types="cpu")
 def chol_root_simd(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``chol_root`` by the kernel, or by LAPACK where it does not build (``chol_root`` warns then): an operator with a
-    shape rule, so that a compiled step's graph holds it."""
+    shape rule, so that a compiled step's graph holds it, and a gradient in X (``_chol_root_backward``), so that a
+    compiled step differentiates through it without a ``torch.autograd.Function``, whose graphs AOTAutograd's cache
+    cannot store (``autograd_function_apply``: every run of App. G's inducing families traced its step again, 4-10 s
+    a cell, where the other methods load theirs from the cache)."""
     return chol_root(X) if available() else _lapack_chol_root(X)
 
 
 @chol_root_simd.register_fake
 def _(X):
     return torch.empty_like(X), X.new_empty(X.shape[:-2], dtype=torch.int32)
+
+
+def _chol_root_setup(ctx, inputs, output):
+    ctx.save_for_backward(*output)
+
+
+def _chol_root_backward(ctx, grad_C, grad_info):
+    """The gradient in X of ``C = L^-T``, X = L L^T (its lower triangle read). With dL = L Phi(L^-1 dX L^-T) (Phi: the
+    lower triangle, its diagonal halved) and L^T C = I,
+
+        dC = -C dL^T C = -C Phi(C^T dX C)^T,   so   grad_X = -C Phi(grad_C^T C) C^T,
+
+    symmetrised as torch's Cholesky backward is: products only, no triangular solves. NaN where the factorisation
+    failed (``info``: C is undefined there)."""
+    C, info = ctx.saved_tensors
+    C = torch.where((info == 0)[..., None, None], C, torch.full_like(C, float("nan")))
+    M = grad_C.mT @ C
+    phi = M.tril() - 0.5 * torch.diag_embed(M.diagonal(dim1=-2, dim2=-1))
+    K = C @ phi @ C.mT
+    return -0.5 * (K + K.mT)
+
+
+chol_root_simd.register_autograd(_chol_root_backward, setup_context=_chol_root_setup)

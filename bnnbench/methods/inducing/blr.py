@@ -52,35 +52,11 @@ def _root_in_graph(prec: torch.Tensor) -> bool:
             and prec.dtype in (torch.float32, torch.float64))
 
 
-class _PrecRoot(torch.autograd.Function):
-    """``C = L^-T`` of ``A = L L^T`` (NaN where A is not numerically positive definite), differentiable. With
-    dL = L Phi(L^-1 dA L^-T) (Phi: the lower triangle, its diagonal halved) and L^T C = I,
-
-        dC = -C dL^T C = -C Phi(C^T dA C)^T,   so   grad_A = -C Phi(grad_C^T C) C^T,
-
-    symmetrised as torch's Cholesky backward is: products only, no triangular solves."""
-
-    @staticmethod
-    def forward(A):
-        C, info = torch.ops.bnnbench.chol_root_simd(A)
-        return torch.where((info == 0)[..., None, None], C, torch.full_like(C, float("nan")))
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output)
-
-    @staticmethod
-    def backward(ctx, grad_C):
-        C, = ctx.saved_tensors
-        M = grad_C.mT @ C
-        phi = M.tril() - 0.5 * torch.diag_embed(M.diagonal(dim1=-2, dim2=-1))
-        K = C @ phi @ C.mT
-        return -0.5 * (K + K.mT)
-
-
 def prec_root(A: torch.Tensor) -> torch.Tensor:
-    """``C = L^-T`` with ``A = L L^T`` by the SIMD kernel (``core/linalg/chol_root``), differentiable in ``A``."""
-    return _PrecRoot.apply(A)
+    """``C = L^-T`` with ``A = L L^T`` by the SIMD kernel (``core/linalg/chol_root``), NaN where A is not numerically
+    positive definite; differentiable in ``A`` (the operator's gradient, ``chol_root._chol_root_backward``)."""
+    C, info = torch.ops.bnnbench.chol_root_simd(A)
+    return torch.where((info == 0)[..., None, None], C, torch.full_like(C, float("nan")))
 
 
 def sample_weights_dual(U: torch.Tensor, lam: torch.Tensor, V: torch.Tensor, alpha: torch.Tensor,
