@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -80,6 +81,19 @@ from bnnbench.core.models.convnet import ConvNet
 # dynamo re-traces for each new shape or constant (a short last batch, float32 and float64);
 # past this many versions of one step it would silently fall back to eager
 _CACHE_SIZE_LIMIT = 64
+
+
+def new_run() -> None:
+    """Forget the compiled versions of the runs before this one in the process (``torch._dynamo.reset``), where dynamo
+    is loaded. Dynamo keeps a function's versions per code object, one per set of guards (shapes, Python constants
+    such as a step size), and past ``recompile_limit`` versions it runs the function eagerly: App. G's 235 cells share
+    ``InducingFamily.step``, so that in one ``bnnbench reproduce`` process (``make reproduce-tables``) every cell after
+    the 64th would have run eager, at half the speed (with the limit set to 1, the second of three cells on yacht took
+    72 s against the first's 36 s). A run's fits share their versions (a selection's rounds, the final fit); runs share
+    none (their shapes or constants differ), and inductor's compiled graphs stay in its cache on disk."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.reset()
 
 
 def compile_mode(device: torch.device | str | None) -> str | None:

@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from bnnbench.run import active, results, threads
 from bnnbench.methods.exact import logreg
-from bnnbench.run.compiled import compiles
+from bnnbench.run.compiled import compiles, new_run
 from bnnbench.run.config import CONFIG_SCHEMA, CommandLine, ConfigError
 from bnnbench.core.data import load_dataset
 from bnnbench.run.engine import DivergenceError
@@ -221,6 +221,8 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
     if existing is not None:
         return existing
 
+    if resolved["compile"]:
+        new_run()
     resume = results.ResumeFiles(run_dir, chash, len(spec.stages or []))
     resumed_from = resume.describe()
     if resumed_from:

@@ -89,6 +89,28 @@ def test_a_compiled_run_records_compile_and_matches_the_eager_run_to_rounding(tm
     torch._dynamo.reset()
 
 
+def test_each_run_in_a_process_compiles_its_step_past_dynamos_limit_of_versions(tmp_path, monkeypatch):
+    """Dynamo keeps a function's compiled versions per code object and runs it eagerly past ``recompile_limit`` of
+    them: in one ``bnnbench reproduce`` process, App. G's cells after the 64th would have run eager. Each run starts
+    from none (``compiled.new_run``): with the limit at 1, a second run whose step differs in a constant (the step size)
+    compiles its step as the first did. Counted by a counting backend instead of inductor."""
+    from torch._dynamo.testing import CompileCounter
+    import bnnbench.run.compiled as compiled
+    counter, real = CompileCounter(), torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic=None, mode=None, options=None:
+                        real(fn, backend=counter, dynamic=dynamic))
+    monkeypatch.setattr(compiled, "_CACHE_SIZE_LIMIT", 1)
+    torch._dynamo.reset()
+    frames = []
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for lr in (0.01, 0.02):
+            assert main(["run", "method=bbb", *TINY, "compile=true", f"method.lr={lr}",
+                         f"runs_root={tmp_path / str(lr)}"]) == 0
+            frames.append(counter.frame_count)
+    assert frames[0] > 0 and frames[1] == 2 * frames[0]
+    torch._dynamo.reset()
+
+
 def test_on_a_gpu_the_compiled_step_runs_as_cuda_graphs_each_update_a_new_graph_step(monkeypatch):
     """``compile_mode``: CUDA graphs (``reduce-overhead``) on a CUDA device, inductor's default elsewhere; the engine's
     update on a GPU marks a new graph step before each step (so that the previous step's outputs, its input now, may be
