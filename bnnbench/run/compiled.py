@@ -191,12 +191,22 @@ def compiled_update(method: Method, device: torch.device | None = None):
     if not compiles(method, True, conv=conv, device=device, settings=method.cfg):
         return method.update
     step = compiled_step(method, device)
+    # the state the last step returned, where its layout was already the graph's (row-major tensors): passed back, it
+    # skips ``_contiguous``'s walk over the state (0.1 ms a step for App. G's); a graph's outputs keep their layout
+    last = {"state": None, "as_taken": None}
 
     def update(state, batch, generator, lr_scale: float = 1.0):   # as Method.update
         if method.needs_autograd:
-            return step(_contiguous(state), batch, method.noise(state, batch, generator), lr_scale)
-        with torch.inference_mode():
-            # the first state, made outside inference mode, as inference tensors like every later one
-            state = _contiguous(state, inference=True)
-            return step(state, batch, method.noise(state, batch, generator), lr_scale)
+            new = step(state if state is last["state"] else _contiguous(state), batch,
+                       method.noise(state, batch, generator), lr_scale)
+        else:
+            with torch.inference_mode():
+                # the first state, made outside inference mode, as inference tensors like every later one
+                if state is not last["state"]:
+                    state = _contiguous(state, inference=True)
+                new = step(state, batch, method.noise(state, batch, generator), lr_scale)
+        if last["as_taken"] is None:
+            last["as_taken"] = all(v.is_contiguous() for v in pytree.tree_leaves(new[0]) if torch.is_tensor(v))
+        last["state"] = new[0] if last["as_taken"] else None
+        return new
     return update

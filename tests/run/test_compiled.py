@@ -208,15 +208,12 @@ def test_hmc_compiles_its_trajectory_once_and_once_more_for_a_data_set_that_grow
     torch._dynamo.reset()
 
 
-def test_noisy_kfac_compiles_its_step_once_for_a_fit_through_the_lr_drop(monkeypatch):
-    """One graph for a whole fit: noisy K-FAC's step returns its factor roots C = L^-T transposed (a tensor's strides
-    are guarded: its second step had compiled a second graph) and the lr drop at half time changes ``lr_scale`` (a
-    float is a constant of the graph: a third); the compiled update passes the state row-major and ``lr_scale`` as a
-    0-d tensor. Counted by a counting backend instead of inductor; the numbers the eager update's."""
+def _counted_fit(monkeypatch, name: str):
+    """A counting backend in place of inductor (``counter.frame_count``: the frames compiled), and ``name``'s method,
+    first state and a minibatch on a small float64 MLP with 3 replicas."""
     from torch._dynamo.testing import CompileCounter
     from bnnbench.core.models import MLP
     from bnnbench.methods import METHODS, Batch
-    from bnnbench.run import compiled
     from bnnbench.run.contract import _problem
     from test_replica import method_cfg
     counter, real = CompileCounter(), torch.compile
@@ -224,11 +221,21 @@ def test_noisy_kfac_compiles_its_step_once_for_a_fit_through_the_lr_drop(monkeyp
                         real(fn, backend=counter, dynamic=dynamic))
     torch._dynamo.reset()
     model = MLP([3, 4, 1])
-    method = METHODS["noisy_kfac"](method_cfg("noisy_kfac", train_samples=2), model, "gaussian")
+    method = METHODS[name](method_cfg(name, train_samples=2), model, "gaussian")
     g = torch.Generator().manual_seed(0)
     state = method.init(_problem("gaussian", model, g, torch.float64), g)
     batch = Batch(torch.randn(3, 5, 3, generator=g, dtype=torch.float64),
                   torch.randn(3, 5, generator=g, dtype=torch.float64), state.n_data)
+    return counter, method, state, batch
+
+
+def test_noisy_kfac_compiles_its_step_once_for_a_fit_through_the_lr_drop(monkeypatch):
+    """One graph for a whole fit: noisy K-FAC's step returns its factor roots C = L^-T transposed (a tensor's strides
+    are guarded: its second step had compiled a second graph) and the lr drop at half time changes ``lr_scale`` (a
+    float is a constant of the graph: a third); the compiled update passes the state row-major and ``lr_scale`` as a
+    0-d tensor. Counted by a counting backend instead of inductor; the numbers the eager update's."""
+    from bnnbench.run import compiled
+    counter, method, state, batch = _counted_fit(monkeypatch, "noisy_kfac")
     update = compiled.compiled_update(method)
     eager, ours = state, state
     for i, lr_scale in enumerate((1.0, 1.0, 1.0, 0.1, 0.1)):
@@ -238,3 +245,25 @@ def test_noisy_kfac_compiles_its_step_once_for_a_fit_through_the_lr_drop(monkeyp
     torch.testing.assert_close(ours.layers[0].cA, eager.layers[0].cA, rtol=1e-10, atol=1e-12)
     assert counter.frame_count == 1
     torch._dynamo.reset()
+
+
+def test_the_compiled_update_lays_out_a_state_once_when_the_graph_returns_it_row_major(monkeypatch):
+    """The state a compiled step returns row-major is passed back as it is: ``_contiguous`` walks the first state of a
+    fit only (0.1 ms a step for App. G's), and not a state that another caller made; the numbers are the eager
+    update's and the graph one. Counted by a counting backend instead of inductor."""
+    from bnnbench.run import compiled
+    counter, method, state, batch = _counted_fit(monkeypatch, "bbb")
+    laid_out, contiguous = [], compiled._contiguous
+    monkeypatch.setattr(compiled, "_contiguous", lambda state, **kw: laid_out.append(state) or contiguous(state, **kw))
+    update = compiled.compiled_update(method)
+    eager, ours = state, state
+    for i in range(4):
+        eager, _ = method.update(eager, batch, torch.Generator().manual_seed(i))
+        ours, _ = update(ours, batch, torch.Generator().manual_seed(i))
+    assert len(laid_out) == 1
+    update(eager, batch, torch.Generator().manual_seed(9))   # a state the update did not return is laid out
+    assert len(laid_out) == 2
+    torch.testing.assert_close(ours.mean, eager.mean, rtol=1e-10, atol=1e-12)
+    assert counter.frame_count == 1
+    torch._dynamo.reset()
+
