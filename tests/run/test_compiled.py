@@ -249,8 +249,8 @@ def test_noisy_kfac_compiles_its_step_once_for_a_fit_through_the_lr_drop(monkeyp
 
 def test_the_compiled_update_lays_out_a_state_once_when_the_graph_returns_it_row_major(monkeypatch):
     """The state a compiled step returns row-major is passed back as it is: ``_contiguous`` walks the first state of a
-    fit only (0.1 ms a step for App. G's), and not a state that another caller made; the numbers are the eager
-    update's and the graph one. Counted by a counting backend instead of inductor."""
+    fit (0.1 ms a step for App. G's) and a state that another caller made; the numbers are the eager update's, from
+    one graph. Counted by a counting backend instead of inductor."""
     from bnnbench.run import compiled
     counter, method, state, batch = _counted_fit(monkeypatch, "bbb")
     laid_out, contiguous = [], compiled._contiguous
