@@ -89,18 +89,25 @@ def test_a_compiled_run_records_compile_and_matches_the_eager_run_to_rounding(tm
     torch._dynamo.reset()
 
 
+def _counting_backend(monkeypatch):
+    """``torch.compile`` with a counting backend in place of inductor (``counter.frame_count``: the frames compiled),
+    from an empty dynamo cache."""
+    from torch._dynamo.testing import CompileCounter
+    counter, real = CompileCounter(), torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic=None, mode=None, options=None:
+                        real(fn, backend=counter, dynamic=dynamic))
+    torch._dynamo.reset()
+    return counter
+
+
 def test_each_run_in_a_process_compiles_its_step_past_dynamos_limit_of_versions(tmp_path, monkeypatch):
     """Dynamo keeps a function's compiled versions per code object and runs it eagerly past ``recompile_limit`` of
     them: in one ``bnnbench reproduce`` process, App. G's cells after the 64th would have run eager. Each run starts
     from none (``compiled.new_run``): with the limit at 1, a second run whose step differs in a constant (the step size)
     compiles its step as the first did. Counted by a counting backend instead of inductor."""
-    from torch._dynamo.testing import CompileCounter
-    import bnnbench.run.compiled as compiled
-    counter, real = CompileCounter(), torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, dynamic=None, mode=None, options=None:
-                        real(fn, backend=counter, dynamic=dynamic))
+    from bnnbench.run import compiled
+    counter = _counting_backend(monkeypatch)
     monkeypatch.setattr(compiled, "_CACHE_SIZE_LIMIT", 1)
-    torch._dynamo.reset()
     frames = []
     with torch._dynamo.config.patch(recompile_limit=1):
         for lr in (0.01, 0.02):
@@ -179,15 +186,11 @@ def test_hmc_compiles_its_trajectory_once_and_once_more_for_a_data_set_that_grow
     a tensor's dispatch keys and strides are guarded), and under active learning (a fresh fit on one row more each
     round, NNG Table 3) one more graph, with dynamic shapes, for all the later rounds: a compilation counted by a
     counting backend instead of inductor, the numbers the eager proposal's."""
-    from torch._dynamo.testing import CompileCounter
     from bnnbench.core.models import MLP
     from bnnbench.methods import METHODS, Batch, Problem
     from bnnbench.run import compiled
     from test_replica import method_cfg
-    counter, real = CompileCounter(), torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, dynamic=None, mode=None, options=None:
-                        real(fn, backend=counter, dynamic=dynamic))
-    torch._dynamo.reset()
+    counter = _counting_backend(monkeypatch)
     model = MLP([3, 4, 1])
     cfg = method_cfg("hmc", chains=2, warmup=2, leapfrog_steps=3, learn_noise=True)
     g = torch.Generator().manual_seed(0)
@@ -211,15 +214,11 @@ def test_hmc_compiles_its_trajectory_once_and_once_more_for_a_data_set_that_grow
 def _counted_fit(monkeypatch, name: str):
     """A counting backend in place of inductor (``counter.frame_count``: the frames compiled), and ``name``'s method,
     first state and a minibatch on a small float64 MLP with 3 replicas."""
-    from torch._dynamo.testing import CompileCounter
     from bnnbench.core.models import MLP
     from bnnbench.methods import METHODS, Batch
     from bnnbench.run.contract import _problem
     from test_replica import method_cfg
-    counter, real = CompileCounter(), torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, dynamic=None, mode=None, options=None:
-                        real(fn, backend=counter, dynamic=dynamic))
-    torch._dynamo.reset()
+    counter = _counting_backend(monkeypatch)
     model = MLP([3, 4, 1])
     method = METHODS[name](method_cfg(name, train_samples=2), model, "gaussian")
     g = torch.Generator().manual_seed(0)
