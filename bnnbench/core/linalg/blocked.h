@@ -25,6 +25,7 @@ static inline void hsum8(const vf *a, float *out) {
 }
 
 static inline vf where_pos(vf a, vf z) { return (vf)((vi)z & (a > 0)); }   /* z where a > 0, else 0 */
+static inline vf act(vf a, int relu) { return relu ? where_pos(a, a) : a; }
 
 static inline vf splat(float a) { vf v = {a}; return __builtin_shuffle(v, (vi){0}); }
 static inline float hsum(vf v) {   /* a tree of shuffles */
@@ -37,7 +38,8 @@ static inline float hsum(vf v) {   /* a tree of shuffles */
 
 /* z^T [dout, Bp] = W^T a^T + b (relu where asked), a^T [di, Bp], W [di, dout] row-major: blocks of 4 units x 2 vectors
    of examples (1 unit x 4 vectors where dout < 4) in registers, a block at the edge repeating its last unit or vector
-   (computed, not stored), so that every block runs the same code. */
+   (computed and stored twice, the same values), so that every block runs the same code and stores straight from its
+   registers. */
 static void layer_fwd(const float *restrict aT, long di, long Bp, const float *restrict W, const float *restrict b,
                       long dout, float *restrict zT, int relu) {
     long nv = Bp / V;
@@ -51,8 +53,8 @@ static void layer_fwd(const float *restrict aT, long di, long Bp, const float *r
                     vf w = splat(W[j * dout + o]);
                     c0 += w * aj[0]; c1 += w * aj[u1]; c2 += w * aj[u2]; c3 += w * aj[u3];
                 }
-                vf c[4] = {c0, c1, c2, c3};
-                for (long u = 0; u < n; u++) ((vf *)(zT + o * Bp))[v0 + u] = relu ? where_pos(c[u], c[u]) : c[u];
+                vf *z = (vf *)(zT + o * Bp) + v0;
+                z[u3] = act(c3, relu), z[u2] = act(c2, relu), z[u1] = act(c1, relu), z[0] = act(c0, relu);
             }
         return;
     }
@@ -71,10 +73,10 @@ static void layer_fwd(const float *restrict aT, long di, long Bp, const float *r
                 c00 += w0 * x0; c01 += w0 * x1; c10 += w1 * x0; c11 += w1 * x1;
                 c20 += w2 * x0; c21 += w2 * x1; c30 += w3 * x0; c31 += w3 * x1;
             }
-            vf c[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
-            for (long q = 0; q < no; q++)
-                for (long u = 0; u < n; u++)
-                    ((vf *)(zT + (o0 + q) * Bp))[v0 + u] = relu ? where_pos(c[q][u], c[q][u]) : c[q][u];
+            vf *z0 = (vf *)(zT + o0 * Bp) + v0, *z1 = (vf *)(zT + (o0 + q1) * Bp) + v0,
+               *z2 = (vf *)(zT + (o0 + q2) * Bp) + v0, *z3 = (vf *)(zT + (o0 + q3) * Bp) + v0;
+            z3[u1] = act(c31, relu), z3[0] = act(c30, relu), z2[u1] = act(c21, relu), z2[0] = act(c20, relu);
+            z1[u1] = act(c11, relu), z1[0] = act(c10, relu), z0[u1] = act(c01, relu), z0[0] = act(c00, relu);
         }
     }
 }

@@ -143,7 +143,6 @@ static scratch carve(float *work, long S, long M, const long *o, long L, long k)
     w.TT = aligned(work), w.XT = w.TT + k * n, w.H = w.XT + padded(mx) * n, w.zero = w.H + padded(mx) * n,
     w.db = w.zero + padded(mx);
     memset(w.zero, 0, mx * sizeof(float));
-    memset(w.H, 0, padded(mx) * n * sizeof(float));   /* finite (and not denormal) past o k */
     return w;
 }
 
@@ -173,8 +172,7 @@ static void times_replica(const float *p, const long *j, const long *o, const lo
                                  *xv = (const vf *)(XT + (oo * k + kk) * Ml + xs) + v0;
                         t0 += gv[0] * xv[0]; t1 += gv[u1] * xv[u1]; t2 += gv[u2] * xv[u2]; t3 += gv[u3] * xv[u3];
                     }
-                    vf tb[4] = {t0, t1, t2, t3};
-                    for (long u = 0; u < nb; u++) t[u] = tb[u];
+                    t[u3] = t3, t[u2] = t2, t[u1] = t1, t[0] = t0;   /* a repeated vector: the same sum twice */
                 }
         }
     }
@@ -197,8 +195,9 @@ static void times_replica(const float *p, const long *j, const long *o, const lo
             }
         if (ok < V)   /* a few columns: dot products along the examples */
             layer_grads(aT[l], j[l], Ml, XT, ok, outr + off * k, w.db);
-        else {        /* H [Ml, o k] = (H^T)^T, then rows of a times H */
-            transpose(XT, Ml, 1, ok, Ml, H, padded(ok));
+        else {        /* H [Ml, o k] = (H^T)^T (its rows zero-padded to whole 16 x 16 blocks), then rows of a times H */
+            memset(XT + ok * Ml, 0, (padded(ok) - ok) * Ml * sizeof(float));
+            transpose(XT, Ml, 1, padded(ok), Ml, H, padded(ok));
             rows_times(aT[l], j[l], Ml, H, padded(ok), ok, outr + off * k);
         }
     }
