@@ -9,8 +9,8 @@
 typedef float vf __attribute__((vector_size(V * sizeof(float))));
 typedef int vi __attribute__((vector_size(V * sizeof(int))));
 
-/* The sums of eight vectors, out[k] = hsum(a[k]), by one tree of shuffles over all of them. */
-static inline void hsum8(const vf *a, float *out) {
+/* The sums of eight vectors, hsum(a[k]) in lane 2 k, by one tree of shuffles over all of them. */
+static inline vf hsum8(const vf *a) {
     vf c[4], d[2];
     for (int k = 0; k < 4; k++)
         c[k] = __builtin_shuffle(a[2 * k], a[2 * k + 1], (vi){0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23})
@@ -20,8 +20,7 @@ static inline void hsum8(const vf *a, float *out) {
              + __builtin_shuffle(c[2 * k], c[2 * k + 1], (vi){4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31});
     vf e = __builtin_shuffle(d[0], d[1], (vi){0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29})
          + __builtin_shuffle(d[0], d[1], (vi){2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31});
-    e += __builtin_shuffle(e, (vi){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
-    for (int k = 0; k < 8; k++) out[k] = e[2 * k];
+    return e + __builtin_shuffle(e, (vi){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
 }
 
 static inline vf where_pos(vf a, vf z) { return (vf)((vi)z & (a > 0)); }   /* z where a > 0, else 0 */
@@ -108,9 +107,13 @@ static void layer_grads(const float *restrict aT, long di, long Bp, const float 
                 vf x0 = a0[v], x1 = a1[v];
                 for (long q = 0; q < 4; q++) { vf gv = g[q][v]; acc[q] += x0 * gv; acc[4 + q] += x1 * gv; }
             }
-            float sums[8];
-            hsum8(acc, sums);
-            for (long p = 0; p < nj; p++) for (long q = 0; q < no; q++) dW[(j0 + p) * dout + o0 + q] = sums[4 * p + q];
+            /* from the register: through a buffer, the loads of whole words after single stores stall */
+            vf e = hsum8(acc);
+            float *d0 = dW + j0 * dout + o0, *d1 = dW + (j0 + nj - 1) * dout + o0;
+            d1[0] = e[8], d0[0] = e[0];
+            if (no > 1) d1[1] = e[10], d0[1] = e[2];
+            if (no > 2) d1[2] = e[12], d0[2] = e[4];
+            if (no > 3) d1[3] = e[14], d0[3] = e[6];
         }
     }
 }

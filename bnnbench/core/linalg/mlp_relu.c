@@ -56,7 +56,7 @@ void mlp_relu_forward(const float *x, const float *theta, float *f, long R, long
 }
 
 /* gprev^T [di, Bp] = (W g^T) masked where the layer's input a^T is not positive: blocks of 4 input units x 2 vectors of
-   examples, clamped at the edges as layer_fwd's. */
+   examples, clamped at the edges as layer_fwd's (a repeated unit or vector stored twice, the same values). */
 static void layer_back(const float *restrict aT, long di, long Bp, const float *restrict W, const float *restrict gT,
                        long dout, float *restrict gpT) {
     long nv = Bp / V;
@@ -74,12 +74,14 @@ static void layer_back(const float *restrict aT, long di, long Bp, const float *
                 c00 += a0 * g0; c01 += a0 * g1; c10 += a1 * g0; c11 += a1 * g1;
                 c20 += a2 * g0; c21 += a2 * g1; c30 += a3 * g0; c31 += a3 * g1;
             }
-            vf c[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
-            for (long q = 0; q < nj; q++)
-                for (long u = 0; u < n; u++) {
-                    vf a = ((const vf *)(aT + (j0 + q) * Bp))[v0 + u];
-                    ((vf *)(gpT + (j0 + q) * Bp))[v0 + u] = where_pos(a, c[q][u]);
-                }
+            const vf *a0 = (const vf *)(aT + j0 * Bp) + v0, *a1 = (const vf *)(aT + (j0 + q1) * Bp) + v0,
+                     *a2 = (const vf *)(aT + (j0 + q2) * Bp) + v0, *a3 = (const vf *)(aT + (j0 + q3) * Bp) + v0;
+            vf *z0 = (vf *)(gpT + j0 * Bp) + v0, *z1 = (vf *)(gpT + (j0 + q1) * Bp) + v0,
+               *z2 = (vf *)(gpT + (j0 + q2) * Bp) + v0, *z3 = (vf *)(gpT + (j0 + q3) * Bp) + v0;
+            z3[u1] = where_pos(a3[u1], c31), z3[0] = where_pos(a3[0], c30);
+            z2[u1] = where_pos(a2[u1], c21), z2[0] = where_pos(a2[0], c20);
+            z1[u1] = where_pos(a1[u1], c11), z1[0] = where_pos(a1[0], c10);
+            z0[u1] = where_pos(a0[u1], c01), z0[0] = where_pos(a0[0], c00);
         }
     }
 }
