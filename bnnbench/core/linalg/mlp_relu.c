@@ -74,14 +74,14 @@ static void layer_back(const float *restrict aT, long di, long Bp, const float *
                 c00 += a0 * g0; c01 += a0 * g1; c10 += a1 * g0; c11 += a1 * g1;
                 c20 += a2 * g0; c21 += a2 * g1; c30 += a3 * g0; c31 += a3 * g1;
             }
-            const vf *a0 = (const vf *)(aT + j0 * Bp) + v0, *a1 = (const vf *)(aT + (j0 + q1) * Bp) + v0,
-                     *a2 = (const vf *)(aT + (j0 + q2) * Bp) + v0, *a3 = (const vf *)(aT + (j0 + q3) * Bp) + v0;
+            const vf *in0 = (const vf *)(aT + j0 * Bp) + v0, *in1 = (const vf *)(aT + (j0 + q1) * Bp) + v0,
+                     *in2 = (const vf *)(aT + (j0 + q2) * Bp) + v0, *in3 = (const vf *)(aT + (j0 + q3) * Bp) + v0;
             vf *z0 = (vf *)(gpT + j0 * Bp) + v0, *z1 = (vf *)(gpT + (j0 + q1) * Bp) + v0,
                *z2 = (vf *)(gpT + (j0 + q2) * Bp) + v0, *z3 = (vf *)(gpT + (j0 + q3) * Bp) + v0;
-            z3[u1] = where_pos(a3[u1], c31), z3[0] = where_pos(a3[0], c30);
-            z2[u1] = where_pos(a2[u1], c21), z2[0] = where_pos(a2[0], c20);
-            z1[u1] = where_pos(a1[u1], c11), z1[0] = where_pos(a1[0], c10);
-            z0[u1] = where_pos(a0[u1], c01), z0[0] = where_pos(a0[0], c00);
+            z3[u1] = where_pos(in3[u1], c31), z3[0] = where_pos(in3[0], c30);
+            z2[u1] = where_pos(in2[u1], c21), z2[0] = where_pos(in2[0], c20);
+            z1[u1] = where_pos(in1[u1], c11), z1[0] = where_pos(in1[0], c10);
+            z0[u1] = where_pos(in0[u1], c01), z0[0] = where_pos(in0[0], c00);
         }
     }
 }
