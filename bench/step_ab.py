@@ -207,9 +207,12 @@ def child(args):
 # ---------------------------------------------------------------------------------------------------- parent side
 
 def _head() -> str:
-    """This tree's commit, ``-dirty`` with uncommitted changes (they are what was measured)."""
-    return subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=7"],
-                          capture_output=True, text=True).stdout.strip()
+    """This tree's commit, ``-dirty`` with uncommitted changes (they are what was measured) outside results/speed/,
+    where this script's own rows go (an earlier case's row leaves the code clean)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True).stdout.strip()
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results/speed")
+    return git("rev-parse", "--short=7", "HEAD") + ("-dirty" if dirty else "")
 
 
 def worktree(base: str) -> Path:
