@@ -72,7 +72,7 @@ def _metric(summary: dict, key: str):
 
 def protocol_changes(old: dict, new: dict) -> list[str]:
     """The settings of the old record's configuration that the new one sets otherwise or not at all, and the search
-    axes and fixed values the new one adds (``compile`` and
+    axes and fixed values the new one adds (``compile``, ``rng`` and
     the schema's version apart; settings the schema gained since the old commit, absent from the old record, are not
     changes of the experiment, nor are the search's settings of a cell that searches nothing: ``hpo`` fixed or
     recorded on both sides)."""
@@ -80,7 +80,7 @@ def protocol_changes(old: dict, new: dict) -> list[str]:
     fo, fn = flat_config(old["config"]), flat_config(new["config"])
     kinds = {fo.get("spec.hpo.kind"), fn.get("spec.hpo.kind")}
     unsearched = kinds <= {"fixed", "recorded", None}
-    changed = {k for k, v in fo.items() if k not in ("compile", "config_schema")
+    changed = {k for k, v in fo.items() if k not in ("compile", "rng", "config_schema")
                and not (unsearched and k.startswith("spec.hpo."))
                and json.dumps(v, default=str) != json.dumps(fn.get(k), default=str)}
     # a search axis or a fixed value the new configuration adds is a change of the experiment; a method setting it adds

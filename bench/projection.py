@@ -56,20 +56,25 @@ def markdown(df: pd.DataFrame, index: bool = True) -> str:
     return "\n".join(lines)
 
 
-def read_ratios(path: Path, mkl_any_vendor: bool = False) -> pd.DataFrame:
+def _modes(df: pd.DataFrame, mkl_any_vendor: bool, rng: str) -> pd.DataFrame:
+    """The rows measured in the modes asked for or in fewer (``BNNBENCH_MKL_ANY_VENDOR``, ``rng=philox``), with
+    ``mode``: how many of them each row ran in (sorted on, so that a case's row in the most of them comes last)."""
+    mkl = df["mkl_any_vendor"].fillna(False).astype(bool) if "mkl_any_vendor" in df else pd.Series(False, df.index)
+    philox = df["rng"].fillna("torch").eq("philox") if "rng" in df else pd.Series(False, df.index)
+    df = df.assign(mode=mkl.astype(int) + philox.astype(int))
+    return df[(~mkl | mkl_any_vendor) & (~philox | (rng == "philox"))]
+
+
+def read_ratios(path: Path, mkl_any_vendor: bool = False, rng: str = "torch") -> pd.DataFrame:
     """``step_ab``'s rows of the compiled new code against the eager old, in time order (``pick`` takes the latest).
-    By default those measured without ``BNNBENCH_MKL_ANY_VENDOR`` in the new code; with ``mkl_any_vendor``, those
-    measured with it, ordered after the others, so that a case measured only without it keeps its row (where the
-    mode speeds the case up, a lower bound on its gain)."""
+    By default those measured without ``BNNBENCH_MKL_ANY_VENDOR`` and with torch's draws in the new code; with
+    ``mkl_any_vendor`` (``rng="philox"``), those measured with it, ordered after the others, so that a case measured
+    only without it keeps its row (where the mode speeds the case up, a lower bound on its gain)."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     df = pd.DataFrame(rows)
     if df.empty:
         return df
-    df["mode"] = df["mkl_any_vendor"].fillna(False).astype(bool) if "mkl_any_vendor" in df else False
-    df = df[df["compiled"] & ~df["base_compiled"]]
-    if not mkl_any_vendor:
-        df = df[~df["mode"]]
-    df = df.copy()
+    df = _modes(df[df["compiled"] & ~df["base_compiled"]], mkl_any_vendor, rng).copy()
     df["ratio"] = df["old_ms"] / df["new_ms"]
     return df.sort_values(["mode", "when"])
 
@@ -87,10 +92,11 @@ def pick(ratios: pd.DataFrame, method: str, protocol: str, data: str, R: int):
     return None
 
 
-def read_retimed(path: Path, mkl_any_vendor: bool = False) -> pd.DataFrame:
+def read_retimed(path: Path, mkl_any_vendor: bool = False, rng: str = "torch") -> pd.DataFrame:
     """``bench/retime.py``'s rows: the latest re-run of each cell whose configuration is its record's. As
-    ``read_ratios``: by default the re-runs without ``BNNBENCH_MKL_ANY_VENDOR``; with ``mkl_any_vendor``, a cell's
-    re-runs with it before those without (rows of before 2026-12-03 say nothing of the mode: they ran without it)."""
+    ``read_ratios``: by default the re-runs without ``BNNBENCH_MKL_ANY_VENDOR`` and with torch's draws; with
+    ``mkl_any_vendor`` (``rng="philox"``), a cell's re-runs with it after those without (rows of before 2026-12-03 say
+    nothing of the mode, nor rows of before 2026-12-04 of the draws: they ran without them)."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
     df = pd.DataFrame(rows, columns=["experiment", "label", "dataset", "wall_s", "hpo_s", "train_s", "compile",
                                      "changed", "when"] if not rows else None)
@@ -98,9 +104,7 @@ def read_retimed(path: Path, mkl_any_vendor: bool = False) -> pd.DataFrame:
         return df
     if "sample" not in df:
         df["sample"] = None
-    df["mode"] = df["mkl_any_vendor"].fillna(False).astype(bool) if "mkl_any_vendor" in df else False
-    if not mkl_any_vendor:
-        df = df[~df["mode"]]
+    df = _modes(df, mkl_any_vendor, rng)
     df = df[df["changed"].map(len) == 0].sort_values(["mode", "when"])
     return df.drop_duplicates(["experiment", "label", "dataset"], keep="last")
 
@@ -199,9 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mkl-any-vendor", action="store_true",
                     help="the step ratios and re-runs measured with BNNBENCH_MKL_ANY_VENDOR=1 (core/linalg/mkl_vendor) "
                          "where there are any, else those without")
+    ap.add_argument("--rng", default="torch", choices=["torch", "philox"],
+                    help="philox: the step ratios and re-runs measured with rng=philox (core/prng.py) where there are "
+                         "any, else those with torch's draws")
     args = ap.parse_args(argv)
     if args.measured:
-        df = read_ratios(args.ratios, args.mkl_any_vendor)
+        df = read_ratios(args.ratios, args.mkl_any_vendor, args.rng)
         df = df.drop_duplicates(["method", "protocol", "data", "R"], keep="last")
         df = df.sort_values(["method", "protocol", "data", "R"], ascending=[True, True, True, False])
         cols = ["method", "protocol", "data", "R", "old_ms", "new_ms", "ratio", "draws_ms", "compile_s", "when"]
@@ -209,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(out, index=False) if args.markdown else out.to_string(index=False))
         return 0
     experiments = makefile_experiments()
-    ratios, retimed = read_ratios(args.ratios, args.mkl_any_vendor), read_retimed(args.retimed, args.mkl_any_vendor)
+    ratios = read_ratios(args.ratios, args.mkl_any_vendor, args.rng)
+    retimed = read_retimed(args.retimed, args.mkl_any_vendor, args.rng)
     records, base = from_records(args.runs_root, ratios)
     runs = phase_seconds(with_retimed(records, retimed))
     runs["recorded"] = phase_seconds(records)["total"]

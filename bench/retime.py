@@ -1,7 +1,7 @@
 """Committed cells re-run by this code to measure what they cost now (issue 31, section 5: the suite's cost measured,
 not projected from the records' wall times, which carry the load and the code of the day each was made).
 
-    PYTHONPATH=. python bench/retime.py --cells "slang_table1 usps/3vs5 full_ef,full_hessian" [--compile]
+    PYTHONPATH=. python bench/retime.py --cells "slang_table1 usps/3vs5 full_ef,full_hessian" [--compile] [--rng philox]
         [--out /tmp/bnnbench_retime] [--core 1] [--log results/speed/retime.jsonl]
     PYTHONPATH=. python bench/retime.py --compare-only --out /tmp/bnnbench_retime [--log ...]
 
@@ -48,15 +48,15 @@ RUNS = REPO / "results" / "runs"
 LOG = REPO / "results" / "speed" / "retime.jsonl"
 
 
-def cell_command(cell: list[str], root: Path, compile_: bool) -> list[str]:
+def cell_command(cell: list[str], root: Path, compile_: bool, rng: str = "torch") -> list[str]:
     exp, data, labels = cell
     return [sys.executable, "-m", "bnnbench", "reproduce", exp, "--data", data,
             *([] if labels == "all" else ["--label", labels]), "--runs-root", str(root),
             "--out", str(root / "tables"), "--figures", str(root / "figures"), "progress=false", "threads=1",
-            *(["compile=true"] if compile_ else [])]
+            *(["compile=true"] if compile_ else []), *([f"rng={rng}"] if rng != "torch" else [])]
 
 
-def run_cells(cells: list[list[str]], root: Path, compile_: bool, core: str | None) -> int:
+def run_cells(cells: list[list[str]], root: Path, compile_: bool, core: str | None, rng: str = "torch") -> int:
     """The cells one after another on ``core``; the number that exited non-zero (each cell's log beside ``root``)."""
     root.mkdir(parents=True, exist_ok=True)
     pin = ["taskset", "-c", core] if core is not None and shutil.which("taskset") else []
@@ -65,7 +65,7 @@ def run_cells(cells: list[list[str]], root: Path, compile_: bool, core: str | No
     for i, cell in enumerate(cells):
         with open(root / f"cell{i}.log", "w") as log:
             print(f"{time.strftime('%H:%M:%S')} {shlex.join(cell)}", flush=True)
-            failed += subprocess.run(pin + cell_command(cell, root, compile_), cwd=REPO, env=env, stdout=log,
+            failed += subprocess.run(pin + cell_command(cell, root, compile_, rng), cwd=REPO, env=env, stdout=log,
                                      stderr=subprocess.STDOUT).returncode != 0
     return failed
 
@@ -122,6 +122,7 @@ def compare(root: Path, runs: Path = RUNS) -> list[dict]:
                "compile": bool((b.get("config") or {}).get("compile")), "changed": protocol_changes(a, b),
                "recorded_commit": a.get("git_commit"), "commit": b.get("git_commit"),
                "mkl_any_vendor": "mkl any vendor" in str(b.get("numerics") or ""),   # BNNBENCH_MKL_ANY_VENDOR=1
+               "rng": (b.get("config") or {}).get("rng") or "torch",
                "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime(f.stat().st_mtime))}
         metrics, identical, rel = {}, True, 0.0
         for key in sorted(set(a.get("summary") or {}) & set(b.get("summary") or {})):
@@ -173,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", nargs="+", default=[], help='"<experiment> <data set> <labels|all>" items')
     ap.add_argument("--compile", action="store_true", help="re-run with compile=true (default: as the records ran)")
+    ap.add_argument("--rng", default="torch", choices=["torch", "philox"],
+                    help="re-run with this rng (core/prng.py; default: torch's, as the records ran)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/bnnbench_retime"), help="the re-runs' runs root")
     ap.add_argument("--core", default="1", help="the core the cells run on")
     ap.add_argument("--log", default=str(LOG), help="append one row per compared cell here ('': nowhere)")
@@ -207,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = [c.split() for c in args.cells]
         if not cells or any(len(c) != 3 for c in cells):
             ap.error('each --cells item is "<experiment> <data set> <labels|all>"')
-        failed = run_cells(cells, args.out, args.compile, args.core)
+        failed = run_cells(cells, args.out, args.compile, args.core, args.rng)
     rows = compare(args.out)
     print(show(rows))
     if rows and args.log:

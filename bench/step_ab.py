@@ -28,6 +28,9 @@ compilable methods (under ``leaderboard_uci``); they are not in the default set.
 Laplace methods do not exist at 5c21305: time them against this code's eager step (``--base HEAD``): the ratio is
 then what compiling saves against today's eager step, not against the code that made their records.
 
+``--rng philox`` runs the new code's steps with ``rng=philox`` (``core/prng.py``: counter-based draws; its rows carry
+``"rng": "philox"``; ``bench/projection.py --rng philox`` uses them).
+
 ``--data`` runs every case on another data set at its protocol's settings for it (SLANG's selection on kin8nm, power
 and naval: minibatch 100, 2 samples and the authors' Nystrom eigensolver), ``--protocol`` under another protocol (BBB
 as Vadam Table 1 or NNG Table 1 select it).
@@ -192,6 +195,9 @@ def child(args):
     isolate_tree()
     torch.set_num_threads(1)
     keys = json.loads(args.cases)
+    if args.rng != "torch":   # the new code alone is given --rng: it has core/prng.py
+        from bnnbench.core import prng
+        prng._MODE.set(args.rng)
     steppers = []
     for name, proto, R, compiled in keys:
         s = Stepper(name, proto, R, compiled, args.data)
@@ -227,9 +233,10 @@ def worktree(base: str) -> Path:
 
 
 class Child:
-    def __init__(self, tree: Path, keys, data: str, extra_env: dict | None = None):
+    def __init__(self, tree: Path, keys, data: str, extra_env: dict | None = None, rng: str = "torch"):
         env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **(extra_env or {}))
-        self.p = subprocess.Popen([sys.executable, __file__, "--child", "--cases", json.dumps(keys), "--data", data],
+        self.p = subprocess.Popen([sys.executable, __file__, "--child", "--cases", json.dumps(keys), "--data", data,
+                                   "--rng", rng],
                                   env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(tree))
         self.built = [json.loads(self.p.stdout.readline()) for _ in keys]
 
@@ -263,6 +270,8 @@ def main():
     ap.add_argument("--new-env", action="append", default=[], metavar="KEY=VALUE",
                     help="an environment variable of the new code's processes only, e.g. BNNBENCH_MKL_ANY_VENDOR=1 "
                          "(MKL's kernels by instruction set: core/linalg/mkl_vendor); repeatable")
+    ap.add_argument("--rng", default="torch", choices=["torch", "philox"],
+                    help="the new code's draws (core/prng.py; the old code's are torch's)")
     ap.add_argument("--base-compiled", action="store_true",
                     help="run the old code's step compiled too (a base that has the compile setting): A/B of two "
                          "compiled codes")
@@ -276,9 +285,9 @@ def main():
     base_tree = worktree(args.base)
     new_env = dict(kv.split("=", 1) for kv in args.new_env)
     sides = {"old": Child(base_tree, [(n, p, R, args.base_compiled) for _, n, p, R in cases], args.data),
-             "new": Child(REPO, [(n, p, R, True) for _, n, p, R in cases], args.data, new_env)}
+             "new": Child(REPO, [(n, p, R, True) for _, n, p, R in cases], args.data, new_env, args.rng)}
     if args.eager:
-        sides["new eager"] = Child(REPO, [(n, p, R, False) for _, n, p, R in cases], args.data, new_env)
+        sides["new eager"] = Child(REPO, [(n, p, R, False) for _, n, p, R in cases], args.data, new_env, args.rng)
     inner = [max(2, int(args.target_ms / max(0.05, sides["old"].built[i]["ms"]))) for i in range(len(cases))]
     times = {k: [[] for _ in cases] for k in [*sides, "draws"]}
     for _ in range(args.rounds):
@@ -292,7 +301,8 @@ def main():
     print(f"{args.data}, float32, 1 thread; medians of {args.rounds} interleaved rounds; old = {args.base} "
           f"({base_tree}{', compile=true' if args.base_compiled else ''}), new = this tree "
           f"({'compile=true' + (', and eager' if args.eager else '')}"
-          f"{''.join(f', {kv}' for kv in args.new_env)}); MKL by instruction set alone: old "
+          f"{''.join(f', {kv}' for kv in args.new_env)}{'' if args.rng == 'torch' else ', rng=' + args.rng}"
+          f"); MKL by instruction set alone: old "
           f"{sides['old'].built[0]['mkl_any_vendor']}, new {sides['new'].built[0]['mkl_any_vendor']}")
     hdr = f"{'method':<12s} {'protocol':<10s} {'R':>4s} {'old ms':>8s} {'new ms':>8s} {'old/new':>8s}"
     if args.eager:
@@ -314,7 +324,7 @@ def main():
                    "base_compiled": args.base_compiled, "old_ms": o, "new_ms": n, "draws_ms": d,
                    "compiled": b["compiled"], "compile_s": b["compile_s"], "rounds": args.rounds,
                    "when": time.strftime("%Y-%m-%d %H:%M"), "commit": _head(),
-                   "mkl_any_vendor": bool(b.get("mkl_any_vendor", False))}
+                   "mkl_any_vendor": bool(b.get("mkl_any_vendor", False)), "rng": args.rng}
             if args.eager:
                 row["eager_ms"] = med["new eager"][i]
             with open(args.json, "a") as f:

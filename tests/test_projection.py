@@ -104,6 +104,27 @@ def test_re_runs_in_the_mkl_mode_count_only_for_the_modes_projection(tmp_path):
     assert plain[("bbb", "uci/wine")] == mode[("bbb", "uci/wine")] == 300.0
 
 
+def test_rows_and_re_runs_with_philox_draws_count_only_for_the_rng_projection(tmp_path):
+    """Step rows and re-runs measured with ``rng=philox`` are used only by ``--rng philox``'s projection, where they win
+    over later ones without it; with both modes asked for, a row in both wins over a row in one."""
+    ratios = tmp_path / "ab.jsonl"
+    ratios.write_text("".join(json.dumps(r) + "\n" for r in [
+        _row("bbb", "slang_uci", "uci/boston", 100, 6.0, 2.0, rng="philox", when="2026-12-04 07:00"),
+        _row("bbb", "slang_uci", "uci/boston", 100, 6.0, 3.0, when="2026-12-04 08:00"),
+        _row("bbb", "slang_uci", "uci/boston", 100, 6.0, 1.5, rng="philox", mkl_any_vendor=True,
+             when="2026-12-04 06:00")]))
+    assert pj.pick(pj.read_ratios(ratios), "bbb", "slang_uci", "uci/boston", 100)[0] == pytest.approx(2.0)
+    assert pj.pick(pj.read_ratios(ratios, rng="philox"), "bbb", "slang_uci", "uci/boston", 100)[0] == pytest.approx(3.0)
+    both = pj.read_ratios(ratios, mkl_any_vendor=True, rng="philox")
+    assert pj.pick(both, "bbb", "slang_uci", "uci/boston", 100)[0] == pytest.approx(4.0)
+    log = tmp_path / "retime.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in [
+        _retimed("t", "bbb", "uci/boston", 90.0, 4.0, 80.0, True, when="2026-12-04 10:00", rng="philox"),
+        _retimed("t", "bbb", "uci/boston", 120.0, 4.0, 110.0, True, when="2026-12-04 11:00", rng="torch")]))
+    assert pj.read_retimed(log).set_index("label")["wall_s"]["bbb"] == 120.0
+    assert pj.read_retimed(log, rng="philox").set_index("label")["wall_s"]["bbb"] == 90.0
+
+
 def test_a_re_run_replaces_its_record(tmp_path):
     runs_root = tmp_path / "runs"
     _record(runs_root, "t", "bbb", "uci/boston", "bbb", "vadam_uci", wall_time_s=1010.0, hpo_time_s=5.0,

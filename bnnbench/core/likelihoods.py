@@ -19,6 +19,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from bnnbench.core import prng
+
 LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -60,7 +62,7 @@ class Gaussian(Likelihood):
 
     def sample_noise(self, f_shape, generator, dtype, device) -> torch.Tensor:
         """eps ~ N(0, 1) per example, ``[R, S, B]`` for outputs of shape ``f_shape``."""
-        return torch.randn(f_shape[:-1], generator=generator, dtype=dtype, device=device)
+        return prng.randn(f_shape[:-1], generator=generator, dtype=dtype, device=device)
 
     def sample(self, f: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
         """y~ = f + eps / sqrt(tau) ~ N(f, 1/tau), ``[R, S, B]``."""
@@ -90,7 +92,7 @@ class Bernoulli(Likelihood):
 
     def sample_noise(self, f_shape, generator, dtype, device) -> torch.Tensor:
         """u ~ U(0, 1) per example, ``[R, S, B]``."""
-        return torch.rand(f_shape[:-1], generator=generator, dtype=dtype, device=device)
+        return prng.rand(f_shape[:-1], generator=generator, dtype=dtype, device=device)
 
     def sample(self, f: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """y~ = 1[u < sigmoid(f)] ~ Bernoulli(sigmoid(f)), ``[R, S, B]``."""
@@ -117,7 +119,7 @@ class Categorical(Likelihood):
 
     def sample_noise(self, f_shape, generator, dtype, device) -> torch.Tensor:
         """u ~ U(0, 1) per example and class, ``[R, S, B, K]``, kept above 1e-12 (``sample`` takes log(-log u))."""
-        return torch.rand(f_shape, generator=generator, dtype=dtype, device=device).clamp_min(1e-12)
+        return prng.rand(f_shape, generator=generator, dtype=dtype, device=device).clamp_min(1e-12)
 
     def sample(self, f: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """y~ = argmax_k (log softmax(f)_k - log(-log u_k)) ~ Categorical(softmax(f)) (the Gumbel-max trick),

@@ -22,6 +22,7 @@ from types import MappingProxyType
 
 import torch
 
+from bnnbench.core import prng
 from bnnbench.core.likelihoods import Bernoulli, Categorical, Gaussian
 from bnnbench.methods import gamma_noise
 from bnnbench.methods.settings import MethodConfig
@@ -216,4 +217,4 @@ def standard_normal(mean: torch.Tensor, n_samples: int, generator: torch.Generat
     """eps ~ N(0, I) ``[R, n_samples, P]`` on the device and in the dtype of ``mean [R, P]``: the draws of weight
     samples theta_s = mean + (a square root of the covariance) eps_s."""
     R, P = mean.shape
-    return torch.randn(R, n_samples, P, generator=generator, device=mean.device, dtype=mean.dtype)
+    return prng.randn(R, n_samples, P, generator=generator, device=mean.device, dtype=mean.dtype)

@@ -22,6 +22,7 @@ from bnnbench.run import active, results, threads
 from bnnbench.methods.exact import logreg
 from bnnbench.run.compiled import compiles, new_run
 from bnnbench.run.config import CONFIG_SCHEMA, CommandLine, ConfigError
+from bnnbench.core import prng
 from bnnbench.core.data import load_dataset
 from bnnbench.run.engine import DivergenceError
 from bnnbench.methods.exact.exact_vi import NotConvergedError
@@ -53,6 +54,8 @@ def validate(cfg: DictConfig) -> None:
     need(w in (None, 1) or str(cfg.get("device", "cpu")) == "cpu",
          "workers > 1 splits the replicas over CPU processes; with device=cuda use workers=null")
     need(isinstance(cfg.get("compile", False), bool), f"compile must be true or false, got {cfg.get('compile')!r}")
+    need(cfg.get("rng", "torch") in prng.MODES,
+         f"rng must be one of {', '.join(prng.MODES)}, got {cfg.get('rng')!r}")
     m = cfg.method
     for k in ("lr", "eps", "length_scale", "init_prec", "init_std"):
         if m.get(k) is not None:
@@ -111,7 +114,8 @@ def resolve_run(cfg: DictConfig, overrides: list[str], run_dir: Path | None = No
                 "threads": threads.choose(cfg.get("threads", "auto"), threads.network_params(spec, ds)),
                 # what the run does: a method that is not compilable (or a convolutional network on a CPU) steps eagerly
                 "compile": compiles(method_class(cfg.method.name), cfg.get("compile", False), conv=bool(spec.conv),
-                                    device=str(cfg.get("device", "cpu")), settings=spec.method)}
+                                    device=str(cfg.get("device", "cpu")), settings=spec.method),
+                "rng": cfg.get("rng", "torch")}
     if run_dir is not None:
         resolved = threads.adopt_earlier(cfg.get("threads", "auto"), resolved, run_dir)
     return ds, spec, splits, resolved
@@ -245,12 +249,12 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
             hparams, trace, hpo_replayed_s = select_hparams(
                 spec, ds, splits, int(cfg.seed), device=device, dtype=dtype, progress=cfg.get("progress", False),
                 log=log, resume=resume.hpo, workers=cfg.get("workers"), compile=resolved["compile"],
-                checkpoint_every=int(cfg.get("checkpoint_every", 10)))
+                rng=resolved["rng"], checkpoint_every=int(cfg.get("checkpoint_every", 10)))
     t_hpo = time.perf_counter() - t0 + hpo_replayed_s   # rounds replayed from a checkpoint count with their time
     opts = FitOptions(device=device, dtype=dtype, eval_every=spec.eval_every, stop_on_divergence=True,
                       progress=cfg.get("progress", False), desc=f"{cfg.method.name} {ds.name}",
                       checkpoint=resume.fit, checkpoint_every=int(cfg.get("checkpoint_every", 10)), announce_eta=True,
-                      compile=resolved["compile"])
+                      compile=resolved["compile"], rng=resolved["rng"])
     try:
         trained = _train(spec, ds, splits, hparams, method, cfg, opts, resume, log)
     except (DivergenceError, NotConvergedError) as e:

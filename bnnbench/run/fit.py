@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bnnbench.core import prng
 from bnnbench.run.engine import History, ReplicaData, TrainResult, predictive_moments, train
 from bnnbench.methods import Method, Problem, method_class
 from bnnbench.methods.base import hyper_state
@@ -40,6 +41,7 @@ class FitOptions:
     replica_offset: int = 0                # the first replica's number in messages (a chunk of a larger program)
     announce_eta: bool = False             # print the estimated time of a long training after its first epochs
     compile: bool = False                  # the step through torch.compile (bnnbench.run.compiled; compilable methods)
+    rng: str = "torch"                     # the draws' generator (bnnbench.core.prng: torch or philox)
 
 
 def build_method(spec: RunSpec, ds):
@@ -106,18 +108,19 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptio
     """Train one batched program (``program``) in this process. ``init_state`` continues a trained state (a later
     stage) with this data's sizes and priors."""
     method, data, problem = program(spec, ds, pairs, data_index, hparams, opts)
-    state = method.init(problem, generator) if init_state is None else init_state.replace(**hyper_state(problem))
     epochs = opts.epochs or spec.epochs_for(int(data.n_train.max()))
     # a full-batch method (HMC) takes each training set whole: a protocol batch at least that large is one batch
     batch_size = min(spec.batch_size, int(data.n_train.max())) if method.full_batch else spec.batch_size
-    return train(method, state, data, epochs=epochs, batch_size=batch_size,
-                 lr_drop=spec.lr_drop, eval_samples=opts.eval_samples or spec.eval_samples,
-                 eval_samples_final=opts.eval_samples_final, generator=generator, task=spec.task,
-                 eval_every=opts.eval_every, stop_on_divergence=opts.stop_on_divergence, progress=opts.progress,
-                 desc=opts.desc, checkpoint=opts.checkpoint, checkpoint_every=opts.checkpoint_every,
-                 replica_offset=opts.replica_offset,
-                 augment={"image_shape": image_shape(ds), **spec.augment} if spec.augment else None,
-                 last_batch=spec.last_batch, announce_eta=opts.announce_eta, compile=opts.compile)
+    with prng.mode(opts.rng):
+        state = method.init(problem, generator) if init_state is None else init_state.replace(**hyper_state(problem))
+        return train(method, state, data, epochs=epochs, batch_size=batch_size,
+                     lr_drop=spec.lr_drop, eval_samples=opts.eval_samples or spec.eval_samples,
+                     eval_samples_final=opts.eval_samples_final, generator=generator, task=spec.task,
+                     eval_every=opts.eval_every, stop_on_divergence=opts.stop_on_divergence, progress=opts.progress,
+                     desc=opts.desc, checkpoint=opts.checkpoint, checkpoint_every=opts.checkpoint_every,
+                     replica_offset=opts.replica_offset,
+                     augment={"image_shape": image_shape(ds), **spec.augment} if spec.augment else None,
+                     last_batch=spec.last_batch, announce_eta=opts.announce_eta, compile=opts.compile)
 
 
 def solve_replicas(spec: RunSpec, ds, pairs, data_index, hparams, opts: FitOptions) -> TrainResult:
@@ -137,8 +140,9 @@ def predictive(spec: RunSpec, ds, pairs, res: TrainResult, opts: FitOptions, gen
     rows' inputs and targets: arrays ``mean, var_f, noise_var, y [R, T]``, ``x [R, T, D]`` and ``n_test [R]`` (rows
     past a split's ``n_test`` are padding)."""
     data = replica_data(spec, ds, pairs, list(range(len(pairs))), opts.device, data_dtype(res.method, opts.dtype))
-    mean, var_f, noise_var = predictive_moments(res.method, res.state, data,
-                                                spec.eval_samples_final or spec.eval_samples, generator)
+    with prng.mode(opts.rng):
+        mean, var_f, noise_var = predictive_moments(res.method, res.state, data,
+                                                    spec.eval_samples_final or spec.eval_samples, generator)
     x = torch.nn.utils.rnn.pad_sequence([torch.as_tensor(ds.X[te]) for _, te in pairs], batch_first=True)
     y = torch.nn.utils.rnn.pad_sequence([torch.as_tensor(ds.y[te]) for _, te in pairs], batch_first=True)
     return {"mean": mean.cpu().numpy(), "var_f": var_f.cpu().numpy(), "noise_var": noise_var.cpu().numpy(),

@@ -214,8 +214,8 @@ def _drop_none(obj):
 
 # top-level settings left out of the hash at this value: what every record made before the setting existed ran with
 # (``threads``: 1 thread is the reference order of float reductions; bnnbench.run.threads; ``compile``: the eager step,
-# bnnbench.run.compiled)
-HASH_DEFAULTS = {"threads": 1, "compile": False}
+# bnnbench.run.compiled; ``rng``: torch's generator, bnnbench.core.prng)
+HASH_DEFAULTS = {"threads": 1, "compile": False, "rng": "torch"}
 
 
 def config_hash(config: dict) -> str:

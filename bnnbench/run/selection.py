@@ -32,7 +32,7 @@ class _FoldScores:
     diverged or non-finite fit scores ``hpo.failed_score``); ``trace`` keeps every evaluated candidate per split."""
 
     def __init__(self, spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress, workers, compile,
-                 checkpoint_every: int = 10):
+                 rng: str = "torch", checkpoint_every: int = 10):
         hpo = spec.hpo
         self.spec, self.ds, self.names = spec, ds, list(spec.space)
         K = hpo["folds"]
@@ -47,7 +47,7 @@ class _FoldScores:
         self.gen = torch.Generator(device=device).manual_seed(seed + 1)
         self.trace = [[] for _ in splits]
         self.fit_options = dict(device=device, dtype=dtype, stop_on_divergence=False,
-                                eval_samples=hpo["eval_samples"], progress=progress, compile=compile,
+                                eval_samples=hpo["eval_samples"], progress=progress, compile=compile, rng=rng,
                                 checkpoint_every=checkpoint_every)
         self.workers = workers
 
@@ -81,7 +81,7 @@ class _FoldScores:
 
 def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress=False, log=None,
                    resume: Path | None = None, workers: int | None = None, compile: bool = False,
-                   checkpoint_every: int = 10):
+                   rng: str = "torch", checkpoint_every: int = 10):
     """Per-split hyper-parameters chosen on K-fold CV of the training rows (never the test rows).
 
     Returns ``(hparams per split, trace, replayed_s)``; the trace lists every evaluated candidate and its score.
@@ -90,14 +90,15 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
     instead of training them again, and resumes a round interrupted part-way from its last checkpoint
     (``round_checkpoint``); ``replayed_s`` is the search's time spent in earlier processes: the replayed rounds'
     when they ran, and a resumed round's training before its checkpoint. ``compile``: the
-    rounds' steps through ``torch.compile`` (``FitOptions.compile``).
+    rounds' steps through ``torch.compile`` (``FitOptions.compile``); ``rng``: their draws' generator
+    (``FitOptions.rng``).
     """
     log = log or _log
     kind = spec.hpo["kind"]
     if kind == "fixed" or not spec.space:
         return [dict(spec.fixed) for _ in splits], [], 0.0
     scores = _FoldScores(spec, ds, splits, seed, device=device, dtype=dtype, progress=progress, workers=workers,
-                         compile=compile, checkpoint_every=checkpoint_every)
+                         compile=compile, rng=rng, checkpoint_every=checkpoint_every)
     if kind == "grid":
         return _grid_search(spec, scores, resume, log)
     if kind != "bo":

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from bnnbench.core import prng
 from bnnbench.core.models.mlp import MLP, affine
 
 BN_EPS = 1e-5
@@ -213,7 +214,7 @@ class ConvNet(MLP):
         U(+-sqrt(6 / (fan_in + fan_out))) on weights, biases 0; the noisy natural gradient authors' init)."""
         if scheme != "xavier_uniform":
             return super().init(n_replicas, generator, scheme, device, dtype)
-        u = torch.rand(n_replicas, self.n_params, generator=generator, device=device, dtype=dtype)
+        u = prng.rand(n_replicas, self.n_params, generator=generator, device=device, dtype=dtype)
         bound = torch.sqrt(6.0 / (self.fan_in(device, dtype) + self.fan_out(device, dtype)))
         return torch.where(self.bias_mask(device), 0.0, (2.0 * u - 1.0) * bound)
 

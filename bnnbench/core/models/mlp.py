@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from bnnbench.core import prng
+
 _ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "linear": lambda h: h}
 # act'(z) from the pre-activation z and the activation h = act(z); relu'(z) = 1[z > 0] = sign(h), one float op
 # (a comparison and a cast to float cost 9x more on a CPU)
@@ -128,7 +130,7 @@ class MLP:
             return torch.zeros(n_replicas, self.n_params, device=device, dtype=dtype)
         if scheme != "uniform_fan_in":
             raise ValueError(f"unknown init scheme {scheme!r}; valid: uniform_fan_in, zero")
-        u = torch.rand(n_replicas, self.n_params, generator=generator, device=device, dtype=dtype)
+        u = prng.rand(n_replicas, self.n_params, generator=generator, device=device, dtype=dtype)
         bound = self.fan_in(device, dtype).rsqrt()
         return (2.0 * u - 1.0) * bound
 
@@ -222,7 +224,7 @@ class MLP:
     def dropout_uniforms(self, R: int, n_samples: int, batch: int, generator, device=None,
                          dtype=torch.float32) -> list[torch.Tensor]:
         """The U(0, 1) draws ``[R, S, B, d_in]`` per layer of ``dropout_masks``."""
-        return [torch.rand(R, n_samples, batch, d_in, generator=generator, device=device, dtype=dtype)
+        return [prng.rand(R, n_samples, batch, d_in, generator=generator, device=device, dtype=dtype)
                 for _, _, d_in, _ in self.slices]
 
     @staticmethod

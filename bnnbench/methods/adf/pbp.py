@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bnnbench.core import prng
 from bnnbench.methods.base import Method, Predictive, Problem
 from bnnbench.methods.settings import MethodConfig
 from bnnbench.methods.state import State, state_class
@@ -144,7 +145,7 @@ class PBP(Method):
         cfg = self.cfg
         lam = problem.prior_prec
         R, P = lam.shape
-        eps = torch.randn(R, P, generator=generator, device=lam.device, dtype=lam.dtype)
+        eps = prng.randn(R, P, generator=generator, device=lam.device, dtype=lam.dtype)
         mean = eps * self.model.fan_in(lam.device, lam.dtype).add(1).rsqrt()
         a_w, b_w = cfg.prior_shape, cfg.prior_rate
         site_prec = torch.full_like(mean, (a_w - 1) / b_w)
@@ -301,6 +302,6 @@ class PBP(Method):
         """f_s ~ N(m_L(x), v_L(x)) per test point with the noise precision (a - 1) / b: PBP's moment-matched
         predictive N(y | m_L, v_L + b / (a - 1)) by S samples."""
         m, v = self.output_moments(state.mean, state.var, x)
-        eps = torch.randn(m.shape[0], n_samples, *m.shape[1:], generator=generator, device=m.device, dtype=m.dtype)
+        eps = prng.randn(m.shape[0], n_samples, *m.shape[1:], generator=generator, device=m.device, dtype=m.dtype)
         return Predictive(f=m.unsqueeze(1) + v.sqrt().unsqueeze(1) * eps,
                           noise_prec=(state.noise_a - 1) / state.noise_b)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from bnnbench.core import prng
 from bnnbench.methods.exact import logreg
 from bnnbench.core.errors import ConfigError
 from bnnbench.methods.base import Method, Problem, hyper_state
@@ -74,7 +75,7 @@ class ExactGaussian(Method):
         """theta = m + L eps with S = L L^T, eps ~ N(0, I)."""
         mean = state.mean
         R, P = mean.shape
-        eps = torch.randn(R, n_samples, P, generator=generator, dtype=mean.dtype, device=mean.device)
+        eps = prng.randn(R, n_samples, P, generator=generator, dtype=mean.dtype, device=mean.device)
         theta = mean.unsqueeze(1) + eps @ torch.linalg.cholesky(state.cov).transpose(-1, -2)
         return self._predictive(state, self.model.forward(theta, x))
 

@@ -22,6 +22,7 @@ from typing import List, Optional
 import torch
 import torch.nn.functional as F
 
+from bnnbench.core import prng
 from bnnbench.core.linalg import mlp_relu
 from bnnbench.core.metrics import kl_diag_gaussians
 from bnnbench.methods import gamma_noise
@@ -100,7 +101,7 @@ class BBB(MeanField):
         if not self.cfg.local_reparam:
             return super().noise(state, batch, generator)
         R, S, B = state.mean.shape[0], self.cfg.train_samples, batch.x.shape[1]
-        return [torch.randn(R, S, B, d_out, generator=generator, device=batch.x.device,
+        return [prng.randn(R, S, B, d_out, generator=generator, device=batch.x.device,
                             dtype=batch.x.dtype) for _, _, _, d_out in self.model.slices]
 
     def objective(self, state, mean, rho, batch, noise, examples_inner=False, fused=False):

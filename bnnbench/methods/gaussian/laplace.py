@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bnnbench.core import prng
 from bnnbench.methods.point.map import MAP, MAPConfig, MAPState
 from bnnbench.methods.state import Node, state_class
 
@@ -181,7 +182,7 @@ class Laplace(MAP):
         order, the root applied block by block in laplace-torch's), zero elsewhere."""
         R, P = state.theta.shape
         index = self.index.to(state.theta.device)
-        z = torch.randn(R, n_samples, len(index), generator=generator, device=state.theta.device,
+        z = prng.randn(R, n_samples, len(index), generator=generator, device=state.theta.device,
                         dtype=state.theta.dtype)
         perm = self.torch_order().to(z.device)
         z, out, lo = z[..., perm], [], 0

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bnnbench.core import prng
 from bnnbench.core.linalg import outer_times
 from bnnbench.core.linalg.low_rank import (fast_eig, fast_inverse, fast_sample, kl_low_rank_to_diag, nystrom_eig,
                                       nystrom_top, top_eigh)
@@ -115,8 +116,8 @@ class SLANG(Method):
             return eps, None
         k = min(P, self.cfg.rank + self.cfg.oversample)
         if how == "nystrom":   # the code's probes: uniform on [-1, 1]
-            return eps, 2 * torch.rand(R, P, k, generator=generator, device=eps.device, dtype=eps.dtype) - 1
-        return eps, torch.randn(R, P, k, generator=generator, device=eps.device, dtype=eps.dtype)
+            return eps, 2 * prng.rand(R, P, k, generator=generator, device=eps.device, dtype=eps.dtype) - 1
+        return eps, prng.randn(R, P, k, generator=generator, device=eps.device, dtype=eps.dtype)
 
     def sample(self, state, eps):
         return state.mean.unsqueeze(1) + fast_sample(state.U, state.d, eps)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bnnbench.core import prng
 from bnnbench.methods.adam import adam
 from bnnbench.methods.point.map import MAP, MAPConfig, MAPState
 from bnnbench.methods.state import state_class
@@ -121,8 +122,8 @@ class SWAG(MAP):
         R, P = mean.shape
         K = state.dev.shape[1]
         var = (state.swa_sq - mean * mean).clamp_min(1e-30)
-        z1 = torch.randn(R, n_samples, P, generator=generator, device=mean.device, dtype=mean.dtype)
-        z2 = torch.randn(R, n_samples, K, generator=generator, device=mean.device, dtype=mean.dtype)
+        z1 = prng.randn(R, n_samples, P, generator=generator, device=mean.device, dtype=mean.dtype)
+        z2 = prng.randn(R, n_samples, K, generator=generator, device=mean.device, dtype=mean.dtype)
         k_minus_1 = (state.n_swa.clamp(max=K) - 1).clamp_min(1).to(mean.dtype)
         delta = var.sqrt()[:, None] * z1 + torch.matmul(z2, state.dev) / k_minus_1.sqrt()[:, None, None]
         theta = mean[:, None] + math.sqrt(self.cfg.scale) * delta

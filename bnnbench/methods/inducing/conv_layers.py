@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from bnnbench.core import prng
 from bnnbench.methods.inducing.autocorrelation import autocorrelation
 from bnnbench.methods.inducing.blr import sample_weights_from_stats
 from bnnbench.methods.inducing.layers import Factorised, Inducing, InducingQ, PriorDraw
@@ -66,9 +67,9 @@ class FactorisedConv(Conv, Factorised):
 
     def noise(self, params, R, S, rows, generator, like):
         if self.local_reparam:
-            return torch.randn(R, S, rows, self.d_out, *self.out_hw, generator=generator, device=like.device,
+            return prng.randn(R, S, rows, self.d_out, *self.out_hw, generator=generator, device=like.device,
                                dtype=like.dtype)
-        return torch.randn(R, S, self.D, self.d_out, generator=generator, device=like.device, dtype=like.dtype)
+        return prng.randn(R, S, self.D, self.d_out, generator=generator, device=like.device, dtype=like.dtype)
 
 
 class LocalInducingConv(Conv, Inducing):
@@ -88,7 +89,7 @@ class GlobalInducingConv(Conv, Inducing):
                          log_prec_lr=log_prec_lr)
 
     def init_params(self, R, generator, device, dtype):
-        return InducingQ(pseudo_out=torch.randn(R, self.P, self.d_out, *self.in_hw, generator=generator,
+        return InducingQ(pseudo_out=prng.randn(R, self.P, self.d_out, *self.in_hw, generator=generator,
                                                 device=device, dtype=dtype),
                          log_prec=torch.full((R, self.P), self.log_prec_init / self.log_prec_lr, device=device,
                                              dtype=dtype))

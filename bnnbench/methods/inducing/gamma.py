@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from bnnbench.core import prng
+
 
 def standard_gamma(shape: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """x0 ~ Gamma(shape, 1), elementwise, shape >= 1: Marsaglia & Tsang's squeeze-rejection method,
@@ -22,8 +24,8 @@ def standard_gamma(shape: torch.Tensor, generator: torch.Generator) -> torch.Ten
     out = torch.empty_like(a)
     todo = torch.ones_like(a, dtype=torch.bool)
     while todo.any():
-        z = torch.randn(a.shape, generator=generator, device=a.device, dtype=a.dtype)
-        u = torch.rand(a.shape, generator=generator, device=a.device, dtype=a.dtype)
+        z = prng.randn(a.shape, generator=generator, device=a.device, dtype=a.dtype)
+        u = prng.rand(a.shape, generator=generator, device=a.device, dtype=a.dtype)
         v = (1 + c * z) ** 3
         ok = (v > 0) & (u.log() < 0.5 * z * z + d - d * v + d * v.clamp_min(1e-30).log())
         take = ok & todo

@@ -27,6 +27,7 @@ import math
 
 import torch
 
+from bnnbench.core import prng
 from bnnbench.methods.inducing.blr import sample_weights, sample_weights_dual
 from bnnbench.methods.state import Node, state_class
 
@@ -70,7 +71,7 @@ class Layer:
 
     def noise(self, params, R: int, S: int, rows: int, generator, like: torch.Tensor):
         """The standard normal draws of one forward pass (W's, or the pre-activations' under local reparam.)."""
-        return torch.randn(R, S, self.D, self.d_out, generator=generator, device=like.device, dtype=like.dtype)
+        return prng.randn(R, S, self.D, self.d_out, generator=generator, device=like.device, dtype=like.dtype)
 
     def forward(self, params, h, alpha, noise, n_inducing: int):
         raise NotImplementedError
@@ -82,12 +83,12 @@ class Factorised(Layer):
         self.var_init_mult, self.local_reparam = float(var_init_mult), bool(local_reparam)
 
     def init_params(self, R, generator, device, dtype):
-        mean = torch.randn(R, self.D, self.d_out, generator=generator, device=device, dtype=dtype)
+        mean = prng.randn(R, self.D, self.d_out, generator=generator, device=device, dtype=dtype)
         return FactorisedQ(mean=mean, log_var=torch.full_like(mean, math.log(self.var_init_mult)))
 
     def noise(self, params, R, S, rows, generator, like):
         if self.local_reparam:
-            return torch.randn(R, S, rows, self.d_out, generator=generator, device=like.device, dtype=like.dtype)
+            return prng.randn(R, S, rows, self.d_out, generator=generator, device=like.device, dtype=like.dtype)
         return super().noise(params, R, S, rows, generator, like)
 
     def forward(self, params, h, alpha, noise, n_inducing):
@@ -123,9 +124,9 @@ class Inducing(Layer):
         self.log_prec_init = float(log_prec_init)
 
     def init_params(self, R, generator, device, dtype):
-        pseudo_out = torch.randn(R, self.P, self.d_out, generator=generator, device=device, dtype=dtype)
+        pseudo_out = prng.randn(R, self.P, self.d_out, generator=generator, device=device, dtype=dtype)
         log_prec = torch.full((R, self.P), self.log_prec_init / self.log_prec_lr, device=device, dtype=dtype)
-        inputs = (torch.randn(R, self.P, self.D, generator=generator, device=device, dtype=dtype) if self.local
+        inputs = (prng.randn(R, self.P, self.D, generator=generator, device=device, dtype=dtype) if self.local
                   else None)
         return InducingQ(pseudo_out=pseudo_out, log_prec=log_prec, inputs=inputs)
 
@@ -143,7 +144,7 @@ class Inducing(Layer):
         z = super().noise(params, R, S, rows, generator, like)
         if not self.dual:
             return z
-        return z, torch.randn(R, S, self.P, self.d_out, generator=generator, device=like.device, dtype=like.dtype)
+        return z, prng.randn(R, S, self.P, self.d_out, generator=generator, device=like.device, dtype=like.dtype)
 
     def inducing_inputs(self, params, h, n_inducing):
         return params.inputs.unsqueeze(1) if self.local else h[:, :, :n_inducing]

@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from bnnbench.core import prng
 from bnnbench.methods.inducing import conv_layers, layers
 from bnnbench.methods.inducing.architectures import mlp
 from bnnbench.methods.inducing.layers import FactorisedQ, InducingQ
@@ -137,7 +138,7 @@ class InducingNet:
             d0 = 1
             for s in self.in_shape:
                 d0 *= s
-            U0 = torch.randn(R, self.n_inducing, d0, generator=generator, device=device, dtype=dtype)
+            U0 = prng.randn(R, self.n_inducing, d0, generator=generator, device=device, dtype=dtype)
         qs = []
         for layer, prior in zip(self.layers, self.priors):
             weights = layer.init_params(R, generator, device, dtype)        # the family's draws, then the prior's

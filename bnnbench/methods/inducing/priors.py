@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from bnnbench.core import prng
 from bnnbench.methods.inducing.gamma import reparam_standard_gamma, standard_gamma
 from bnnbench.methods.inducing.precision import KroneckerPrec
 from bnnbench.methods.inducing.wishart import (bartlett_factor, bartlett_noise, inverse_wishart_draw,
@@ -77,7 +78,7 @@ class LayerPrior:
         if self.kind == "spatial_iw":
             p = self.pixels
             return InverseWishartQ(
-                iw_pseudo_obs=torch.randn(R, p, p, generator=generator, device=device, dtype=dtype),
+                iw_pseudo_obs=prng.randn(R, p, p, generator=generator, device=device, dtype=dtype),
                 iw_log_weight=torch.full((R, p), IW_INIT_LOG_WEIGHT, device=device, dtype=dtype))
         return None
 

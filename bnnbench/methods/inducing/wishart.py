@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from bnnbench.core import prng
 from bnnbench.methods.inducing.gamma import reparam_standard_gamma, standard_gamma
 
 
@@ -36,7 +37,7 @@ def chi2_shapes(nu: torch.Tensor, p: int) -> torch.Tensor:
 def bartlett_noise(nu: torch.Tensor, p: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """The draws of a Bartlett factor for ``nu [...]``: standard normals ``[..., p, p]`` (strict lower triangle used)
     and x0 ~ Gamma((nu - i) / 2, 1) ``[..., p]``."""
-    normals = torch.randn(*nu.shape, p, p, generator=generator, device=nu.device, dtype=nu.dtype)
+    normals = prng.randn(*nu.shape, p, p, generator=generator, device=nu.device, dtype=nu.dtype)
     return normals, standard_gamma(chi2_shapes(nu.detach(), p), generator)
 
 

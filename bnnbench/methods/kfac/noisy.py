@@ -30,6 +30,7 @@ from typing import List, Optional
 
 import torch
 
+from bnnbench.core import prng
 from bnnbench.core.linalg.per_example import backprop, forward_cache, sum_grads, sum_sq_grads, sums_over_samples
 from bnnbench.core.metrics import kl_diag_gaussians
 from bnnbench.methods import gamma_noise
@@ -461,7 +462,7 @@ class NoisyKFAC(KroneckerFactored):
 
     def noise(self, state, batch, generator):
         R, S_ = state.mean.shape[0], self.cfg.train_samples
-        eps = [torch.randn(R, S_, d_in + 1, d_out, generator=generator, dtype=batch.x.dtype, device=batch.x.device)
+        eps = [prng.randn(R, S_, d_in + 1, d_out, generator=generator, dtype=batch.x.dtype, device=batch.x.device)
                for _, _, d_in, d_out in self.model.slices]
         return eps, self._target_noise(state, batch, generator)
 
@@ -471,7 +472,7 @@ class NoisyKFAC(KroneckerFactored):
 
     def sample_layers(self, state, n_samples, generator):
         R = state.mean.shape[0]
-        eps = [torch.randn(R, n_samples, d_in + 1, d_out, generator=generator, dtype=state.mean.dtype,
+        eps = [prng.randn(R, n_samples, d_in + 1, d_out, generator=generator, dtype=state.mean.dtype,
                            device=state.mean.device) for _, _, d_in, d_out in self.model.slices]
         return self._layers_from_hom(self._weights(state, eps))
 

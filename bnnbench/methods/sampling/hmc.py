@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from bnnbench.core import prng
 from bnnbench.core import mcmc
 from bnnbench.core.errors import ConfigError
 from bnnbench.core.linalg.full_batch import gaussian_energy_grad
@@ -202,8 +203,8 @@ class HMC(Method):
         ``[R, C]``)."""
         q = self.position(state)
         R, C, D = q.shape
-        p = torch.randn(R, C, D, generator=generator, device=q.device, dtype=q.dtype)
-        log_u = torch.rand(R, C, generator=generator, device=q.device, dtype=q.dtype).log()
+        p = prng.randn(R, C, D, generator=generator, device=q.device, dtype=q.dtype)
+        log_u = prng.rand(R, C, generator=generator, device=q.device, dtype=q.dtype).log()
         L = self.cfg.leapfrog_steps
         lo = max(1, math.ceil((1 - self.cfg.leapfrog_jitter) * L))
         steps = torch.randint(lo, L + 1, (R, C), generator=generator, device=q.device) if lo < L else \
