@@ -96,7 +96,9 @@ def read_retimed(path: Path, mkl_any_vendor: bool = False, rng: str = "torch") -
     """``bench/retime.py``'s rows: the latest re-run of each cell whose configuration is its record's. As
     ``read_ratios``: by default the re-runs without ``BNNBENCH_MKL_ANY_VENDOR`` and with torch's draws; with
     ``mkl_any_vendor`` (``rng="philox"``), a cell's re-runs with it after those without (rows of before 2026-12-03 say
-    nothing of the mode, nor rows of before 2026-12-04 of the draws: they ran without them)."""
+    nothing of the mode, nor rows of before 2026-12-04 of the draws: they ran without them). A cell drawn into a
+    random sample (``--sample``) keeps its ``sample`` tag when a later re-run, not drawn, replaces its row: it stays in
+    the sample, ``sample_estimate`` taking its latest re-run's cost."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
     df = pd.DataFrame(rows, columns=["experiment", "label", "dataset", "wall_s", "hpo_s", "train_s", "compile",
                                      "changed", "when"] if not rows else None)
@@ -106,7 +108,11 @@ def read_retimed(path: Path, mkl_any_vendor: bool = False, rng: str = "torch") -
         df["sample"] = None
     df = _modes(df, mkl_any_vendor, rng)
     df = df[df["changed"].map(len) == 0].sort_values(["mode", "when"])
-    return df.drop_duplicates(["experiment", "label", "dataset"], keep="last")
+    key = ["experiment", "label", "dataset"]
+    drawn = df[df["sample"].notna()].drop_duplicates(key, keep="last").set_index(key)["sample"]
+    df = df.drop_duplicates(key, keep="last").set_index(key)
+    df["sample"] = drawn.reindex(df.index)
+    return df.reset_index()
 
 
 def with_retimed(runs: pd.DataFrame, retimed: pd.DataFrame) -> pd.DataFrame:

@@ -190,3 +190,28 @@ def test_the_sample_estimates_the_cells_not_re_run(tmp_path):
     d = [50.0 - r * 100.0, 90.0 - r * 300.0]
     se_r = ((1 - 2 / 5) * (d[0] ** 2 + d[1] ** 2) / (1 * 2)) ** 0.5 / 200.0
     assert est["ratio_se"] == pytest.approx(se_r) and est["total_se_s"] == pytest.approx(600.0 * se_r)
+
+
+def test_a_sampled_cell_re_run_later_stays_in_the_sample(tmp_path):
+    runs_root = tmp_path / "runs"
+    for label, wall in {"a": 100.0, "b": 200.0, "c": 300.0, "d": 400.0}.items():
+        _record(runs_root, "t", label, "uci/boston", "pbp", "nng_uci", wall_time_s=wall, hpo_time_s=0.0,
+                train_time_s=wall)
+    tag = {"seed": 3, "frame_hours": 1.0, "frame_cells": 4}
+    rows = [_retimed("t", "a", "uci/boston", 50.0, 0.0, 50.0, True, when="2026-12-01 21:00"),
+            _retimed("t", "c", "uci/boston", 90.0, 0.0, 90.0, True, when="2026-12-01 21:00"),
+            _retimed("t", "a", "uci/boston", 30.0, 0.0, 30.0, True, when="2026-12-04 12:00")]   # later, by hand
+    rows[0]["sample"] = rows[1]["sample"] = tag
+    log = tmp_path / "retime.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    records = sc.read_runs(runs_root)
+    (tmp_path / "ab.jsonl").write_text(json.dumps(_row("bbb", "nng_uci", "uci/boston", 20, 4.0, 2.0)) + "\n")
+    ratios = pj.read_ratios(tmp_path / "ab.jsonl")
+    retimed = pj.read_retimed(log)
+    assert len(retimed) == 2 and retimed.set_index("label").loc["a", "wall_s"] == 30.0
+    base = pj.project(sc.phase_seconds(records), ratios)
+    proj = pj.project(sc.phase_seconds(pj.with_retimed(records, retimed)), ratios)
+    est = pj.sample_estimate(base, proj, retimed)
+    r = (30.0 + 90.0) / (100.0 + 300.0)   # a counts with its latest re-run
+    assert est["n"] == 2 and est["ratio"] == pytest.approx(r)
+    assert est["rest_cells"] == 2 and est["total_s"] == pytest.approx(30.0 + 90.0 + r * 600.0)
