@@ -14,9 +14,10 @@ needs_kernel = pytest.mark.skipif(not outer_times.available(), reason="no C comp
 # (sizes, R, S, M, k): SLANG's UCI net at a few rows and at whole 16 x 16 blocks of the transposes (the first layer
 # shared by the samples, a last layer of one unit);
 # one sample (nothing shared); more layers, rows between whole vectors of 16, k above a register block's 4 units;
-# a first layer wider than its output (d_in + 1 >= d_out)
+# a first layer wider than its output (d_in + 1 >= d_out); the shared first layer's fused path (k = 3, S = 2) with its
+# rows in one group of 2 or 3 and in groups of 5, 4, 4 (an odd number of units, a last layer of two)
 CASES = [([8, 50, 1], 3, 2, 10, 3), ([16, 50, 1], 2, 2, 40, 3), ([4, 6, 3], 2, 1, 16, 2), ([5, 20, 7, 2], 2, 3, 37, 5),
-         ([9, 4, 1], 4, 2, 1, 3)]
+         ([9, 4, 1], 4, 2, 1, 3), ([1, 5, 1], 2, 2, 17, 3), ([2, 6, 1], 2, 2, 20, 3), ([12, 7, 2], 2, 2, 33, 3)]
 
 
 def _factors(sizes, R, S, M, dtype, seed=0):

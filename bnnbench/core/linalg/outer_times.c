@@ -9,9 +9,11 @@
    over the samples before the product with a: a pass over M, not S M, examples. The inputs and gradients are
    transposed once a step (outer_pack: examples innermost, each sample's M padded with zeros to whole vectors); the
    products take one replica at a time, in a scratch buffer that stays in the core's cache: X by blocked.h's layer_fwd,
-   a H by its layer_grads where o k is under a vector's 16 columns, else by rows_times on H transposed. outer_nystrom
-   packs and multiplies one replica at a time for the whole of SLANG's Nystrom subspace iteration (its operands stay in
-   the core's cache for the five products), orthonormalising by Householder reflections as LAPACK does. */
+   a H by its layer_grads where o k is under a vector's 16 columns, else by rows_times on H transposed; the shared layer
+   at k = 3, S = 2 (SLANG L = 1's Nystrom products) by shared_t3 and shared_gw3, which keep X and H in registers
+   (neither is stored, nothing is transposed). outer_nystrom packs and multiplies one replica at a time for the whole
+   of SLANG's Nystrom subspace iteration (its operands stay in the core's cache for the five products),
+   orthonormalising by Householder reflections as LAPACK does. */
 #include <math.h>
 #include "blocked.h"
 
@@ -146,6 +148,109 @@ static scratch carve(float *work, long S, long M, const long *o, long L, long k)
     return w;
 }
 
+/* nu (1 or 2) output units' contributions from oo to the shared layer's T^T at k = 3, S = 2 for two vectors of
+   examples: X's three columns of each unit summed over the inputs in registers (2 nu x 3 independent sums), then
+   into T's accumulators t, the units in order. */
+static inline __attribute__((always_inline)) void shared_t3_units(const vf *restrict av, long u1, long j, long Mp,
+                                                                   const vf *restrict g, long n, const float *Yl,
+                                                                   long o, long oo, const long nu, vf t[3][2][2]) {
+    vf x[2][3][2] = {{{{0}}}};
+    for (long jj = 0; jj < j; jj++) {
+        const vf *a = av + jj * (Mp / V);
+        vf a0 = a[0], a1 = a[u1];
+        const float *w = Yl + (jj * o + oo) * 3;
+        for (long u = 0; u < nu; u++)
+            for (long kk = 0; kk < 3; kk++) {
+                vf wk = splat(w[3 * u + kk]);
+                x[u][kk][0] += wk * a0, x[u][kk][1] += wk * a1;
+            }
+    }
+    for (long u = 0; u < nu; u++)
+        for (long s = 0; s < 2; s++) {
+            const vf *gv = g + ((oo + u) * n + s * Mp) / V;
+            vf g0 = gv[0], g1 = gv[u1];
+            for (long kk = 0; kk < 3; kk++) t[kk][s][0] += g0 * x[u][kk][0], t[kk][s][1] += g1 * x[u][kk][1];
+        }
+}
+
+/* The shared layer's part of T^T at k = 3, S = 2 (SLANG L = 1's Nystrom probes on its two samples), X never stored:
+   for two vectors of examples, X's three columns of two output units at a time sum over the inputs in registers and
+   go straight into T's twelve accumulators, which stay in registers across the units (the sums and their order are
+   those of layer_fwd and the loop over o in times_replica):
+       T^T[kk, s Mp + m] += sum_o g^T[o, s Mp + m] sum_j Y_l[j, o, kk] a^T[j, m]. */
+static void shared_t3(const float *restrict aT, long j, long Mp, const float *restrict gT, long o, long n,
+                      const float *restrict Yl, float *restrict TT) {
+    long nv = Mp / V;
+    for (long v0 = 0; v0 < nv; v0 += 2) {
+        long u1 = nv - v0 > 1;
+        vf t[3][2][2];
+        for (long kk = 0; kk < 3; kk++)
+            for (long s = 0; s < 2; s++) {
+                const vf *tv = (const vf *)(TT + kk * n + s * Mp) + v0;
+                t[kk][s][0] = tv[0], t[kk][s][1] = tv[u1];
+            }
+        const vf *av = (const vf *)aT + v0, *g = (const vf *)gT + v0;
+        long oo = 0;
+        for (; oo + 1 < o; oo += 2) shared_t3_units(av, u1, j, Mp, g, n, Yl, o, oo, 2, t);
+        if (oo < o) shared_t3_units(av, u1, j, Mp, g, n, Yl, o, oo, 1, t);
+        for (long kk = 0; kk < 3; kk++)
+            for (long s = 0; s < 2; s++) {   /* a repeated vector: the same sum twice */
+                vf *tv = (vf *)(TT + kk * n + s * Mp) + v0;
+                tv[u1] = t[kk][s][1], tv[0] = t[kk][s][0];
+            }
+    }
+}
+
+/* The shared layer's (G W)_l at k = 3, S = 2 for nr <= 6 of its input rows from j0, H never stored: for one output
+   unit, H's three columns one vector of examples at a time, the rows' dot products with them summed along the
+   examples in nr x 3 registers, then across each vector's lanes (hsum8):
+       out[jj, o, kk] = sum_m a^T[jj, m] H[m, o, kk],   H[m, o, kk] = sum_s g^T[o, s Mp + m] W^T[kk, s Mp + m]. */
+static inline __attribute__((always_inline)) void shared_gw3(const float *restrict aT, long j0, const long nr, long Mp,
+                                                              const float *restrict gT, long o, long n,
+                                                              const float *restrict WT, float *restrict out) {
+    long nv = Mp / V;
+    for (long oo = 0; oo < o; oo++) {
+        vf acc[6][3] = {{{0}}};
+        const vf *g0 = (const vf *)(gT + oo * n), *g1 = g0 + nv;
+        for (long v = 0; v < nv; v++) {
+            vf h[3];
+            for (long kk = 0; kk < 3; kk++) {
+                const vf *wk = (const vf *)(WT + kk * n);
+                h[kk] = g0[v] * wk[v] + g1[v] * wk[nv + v];
+            }
+            for (long i = 0; i < nr; i++) {
+                vf a = ((const vf *)(aT + (j0 + i) * Mp))[v];
+                for (long kk = 0; kk < 3; kk++) acc[i][kk] += a * h[kk];
+            }
+        }
+        for (long b = 0; b < 3 * nr; b += 8) {
+            vf sums[8];
+            for (long q = 0; q < 8; q++) sums[q] = b + q < 3 * nr ? acc[(b + q) / 3][(b + q) % 3] : acc[0][0];
+            vf e = hsum8(sums);
+            for (long q = 0; q < 8 && b + q < 3 * nr; q++)
+                out[((j0 + (b + q) / 3) * o + oo) * 3 + (b + q) % 3] = e[2 * q];
+        }
+    }
+}
+
+/* shared_gw3 over all j rows in groups of at most 6, as equal as they come (9: 5 and 4; 17: 6, 6 and 5). */
+static void shared_gw3_rows(const float *aT, long j, long Mp, const float *gT, long o, long n, const float *WT,
+                            float *out) {
+    long ng = (j + 5) / 6;
+    for (long gi = 0, j0 = 0; gi < ng; gi++) {
+        long nr = j / ng + (gi < j % ng);
+        switch (nr) {
+            case 1: shared_gw3(aT, j0, 1, Mp, gT, o, n, WT, out); break;
+            case 2: shared_gw3(aT, j0, 2, Mp, gT, o, n, WT, out); break;
+            case 3: shared_gw3(aT, j0, 3, Mp, gT, o, n, WT, out); break;
+            case 4: shared_gw3(aT, j0, 4, Mp, gT, o, n, WT, out); break;
+            case 5: shared_gw3(aT, j0, 5, Mp, gT, o, n, WT, out); break;
+            default: shared_gw3(aT, j0, 6, Mp, gT, o, n, WT, out); break;
+        }
+        j0 += nr;
+    }
+}
+
 /* out [P, k] = c2 G G^T Y for one replica's packed inputs and gradients p and Y [P, k]. */
 static void times_replica(const float *p, const long *j, const long *o, const long *shared, long L, long S, long M,
                           long k, const float *Yr, float c2, float *outr, scratch w) {
@@ -159,6 +264,10 @@ static void times_replica(const float *p, const long *j, const long *o, const lo
     memset(TT, 0, k * n * sizeof(float));
     for (long l = 0, off = 0; l < L; off += j[l] * o[l], l++) {   /* T^T [k, n] = (G^T Y)^T */
         long Ml = shared[l] ? Mp : n, ok = o[l] * k;
+        if (shared[l] && k == 3 && S == 2) {
+            shared_t3(aT[l], j[l], Mp, gT[l], o[l], n, Yr + off * k, TT);
+            continue;
+        }
         layer_fwd(aT[l], j[l], Ml, Yr + off * k, w.zero, ok, XT, 0);   /* X^T [o k, Ml] = Y_l^T a^T */
         for (long s = 0; s < S; s++) {   /* T^T[kk, s] += sum_o g^T[o, s] X^T[o k + kk]: blocks of 4 vectors */
             long xs = shared[l] ? 0 : s * Mp;
@@ -180,6 +289,10 @@ static void times_replica(const float *p, const long *j, const long *o, const lo
     for (long v = 0; v < k * n / V; v++) ((vf *)TT)[v] *= c;
     for (long l = 0, off = 0; l < L; off += j[l] * o[l], l++) {   /* (G W)_l with W = c2 T */
         long Ml = shared[l] ? Mp : n, ok = o[l] * k;
+        if (shared[l] && k == 3 && S == 2) {
+            shared_gw3_rows(aT[l], j[l], Mp, gT[l], o[l], n, TT, outr + off * k);
+            continue;
+        }
         for (long oo = 0; oo < o[l]; oo++)
             for (long kk = 0; kk < k; kk++) {
                 vf *h = (vf *)(XT + (oo * k + kk) * Ml);   /* H^T [o k, Ml] */
@@ -230,14 +343,28 @@ static double dotd(const double *x, const double *y, long n) {   /* two vectors 
 
 static void axpyd(double a, const double *x, double *y, long n) { for (long i = 0; i < n; i++) y[i] += a * x[i]; }
 
+/* A [k, P] = Y [P, k]^T in float64 */
+static void columns(const float *restrict Y, long P, long k, double *restrict A) {
+    if (k == 3)   /* SLANG L = 1's probes: a constant stride, which GCC vectorises */
+        for (long i = 0; i < P; i++) A[i] = Y[3 * i], A[P + i] = Y[3 * i + 1], A[2 * P + i] = Y[3 * i + 2];
+    else
+        for (long i = 0; i < P; i++)
+            for (long c = 0; c < k; c++) A[c * P + i] = Y[i * k + c];
+}
+
+/* Q [P, k] = A [k, P]^T in float32 */
+static void rows(const double *restrict A, long P, long k, float *restrict Q) {
+    if (k == 3)
+        for (long i = 0; i < P; i++)
+            Q[3 * i] = (float)A[i], Q[3 * i + 1] = (float)A[P + i], Q[3 * i + 2] = (float)A[2 * P + i];
+    else
+        for (long i = 0; i < P; i++)
+            for (long c = 0; c < k; c++) Q[i * k + c] = (float)A[c * P + i];
+}
+
 /* Q [P, k] = the orthonormal factor of Y [P, k] (row-major) by Householder reflections with LAPACK's conventions
    (sgeqr2, then sorg2r: R's diagonal entry -sign(alpha) |column|, so Q's column signs are those of torch.linalg.qr's),
    in float64 on A [k, P] (Y's columns, contiguous) and tau [k]; sq [k]: Y's columns' squared norms, where not NULL. */
-static void columns(const float *Y, long P, long k, double *A) {   /* A [k, P] = Y [P, k]^T in float64 */
-    for (long i = 0; i < P; i++)
-        for (long c = 0; c < k; c++) A[c * P + i] = Y[i * k + c];
-}
-
 static void householder_q(const float *Y, long P, long k, float *Q, double *A, double *tau, double *sq) {
     columns(Y, P, k, A);
     if (sq)
@@ -266,8 +393,7 @@ static void householder_q(const float *Y, long P, long k, float *Q, double *A, d
         a[c] = 1 - tau[c];
         for (long i = 0; i < c; i++) a[i] = 0;
     }
-    for (long i = 0; i < P; i++)
-        for (long c = 0; c < k; c++) Q[i * k + c] = (float)A[c * P + i];
+    rows(A, P, k, Q);
 }
 
 /* out = a2 U U^T Y + c2 G G^T Y for one replica (U [P, Lu]); U^T Y by four partial sums per entry. */
