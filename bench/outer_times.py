@@ -3,7 +3,7 @@
 On one thread:
 
     PYTHONPATH=. taskset -c 0 python bench/outer_times.py [--inputs 16,8,4] [--hidden 50] [--replicas 100]
-        [--samples 2] [--rows 100] [--k 3] [--rounds 7]
+        [--samples 2] [--rows 100] [--k 3] [--rounds 7] [--base <commit>]
 
 For each input width (naval 16, kin8nm 8, power 4: SLANG Table 2's large sets) a one-hidden-layer ReLU MLP's
 activations and gradients at R replicas x S samples x M rows, then ``c2 G G^T Y`` for Y ``[R, P, k]`` (k = L + 2: the
@@ -16,13 +16,20 @@ Then the Nystrom eigensolver's whole subspace iteration (``low_rank.nystrom_rang
 ``a2 U U^T + c2 G G^T`` and four QR factorisations, U of rank k - 2) two ways: ``pack`` once, ``times`` for each product
 and LAPACK's QR (``range ms``: what the compiled step ran until 2026-12-03), and ``outer_times.nystrom_range``, one
 replica at a time (``nystrom ms``), with the largest difference of their Q.
+
+``--base <commit>`` then times ``nystrom_range`` with that commit's kernel (its ``outer_times.c`` and headers, built
+into the kernel cache aside) against this tree's, in interleaved rounds in this one process, with the largest
+relative difference of their outputs (Q, E, nu; each over its largest entry).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -101,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=100)
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--base", help="also time nystrom_range with this commit's kernel against this tree's")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     if not outer_times.available():
@@ -119,7 +127,55 @@ def main(argv: list[str] | None = None) -> int:
         ways, err = subspace_case(D, args.hidden, args.replicas, args.samples, args.rows, args.k)
         t = medians(ways, args.rounds, 5)
         print(f"{D:>6} {t['range']:>9.2f} {t['nystrom']:>11.2f} {t['range'] / t['nystrom']:>13.2f}x {err:>11.1e}")
+    if args.base:
+        base_ab(args)
     return 0
+
+
+def base_library(commit: str):
+    """``commit``'s kernel: its ``outer_times.c`` and the headers beside it, built (``c_kernels.build``) from a
+    temporary folder."""
+    from bnnbench.core.linalg import c_kernels
+    src = Path(outer_times.SOURCE)
+    repo = subprocess.run(["git", "-C", str(src.parent), "rev-parse", "--show-toplevel"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    rel = src.parent.relative_to(repo)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in [src.name] + [h.name for h in src.parent.glob("*.h")]:
+            show = subprocess.run(["git", "-C", repo, "show", f"{commit}:{rel / name}"], capture_output=True)
+            if show.returncode == 0:
+                (Path(tmp) / name).write_bytes(show.stdout)
+        real = c_kernels.build
+
+        def build(source, what, sigs, **kw):   # this tree's declarations of the old source's functions
+            return real(Path(tmp) / src.name, what, sigs, **kw)
+        c_kernels.build = build
+        try:
+            return outer_times._library.__wrapped__()
+        finally:
+            c_kernels.build = real
+
+
+def base_ab(args) -> None:
+    libs = {"old": base_library(args.base), "new": outer_times._library()}
+    real_library = outer_times._library
+    print(f"\nnystrom_range with the kernel of {args.base} (old) and this tree's (new), interleaved rounds of 5 calls")
+    print(f"{'inputs':>6} {'old ms':>8} {'new ms':>8} {'old/new':>8} {'max rel diff':>13}")
+    for D in (int(d) for d in args.inputs.split(",")):
+        ways, _ = subspace_case(D, args.hidden, args.replicas, args.samples, args.rows, args.k)
+
+        def with_lib(name):
+            def call():
+                outer_times._library = lambda: libs[name]
+                try:
+                    return ways["nystrom"]()
+                finally:
+                    outer_times._library = real_library
+            return call
+        fns = {name: with_lib(name) for name in libs}
+        diff = max(float((a - b).abs().max() / a.abs().max()) for a, b in zip(fns["old"](), fns["new"]()))
+        t = medians(fns, args.rounds, 5)
+        print(f"{D:>6} {t['old']:>8.2f} {t['new']:>8.2f} {t['old'] / t['new']:>7.2f}x {diff:>13.1e}")
 
 
 if __name__ == "__main__":
