@@ -170,9 +170,10 @@ def show(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cells", nargs="+", default=[], help='"<experiment> <data set> <labels|all>" items')
+    ap.add_argument("--cells", nargs="+", action="extend", default=[],
+                    help='"<experiment> <data set> <labels|all>" items (the flag may be repeated)')
     ap.add_argument("--compile", action="store_true", help="re-run with compile=true (default: as the records ran)")
     ap.add_argument("--rng", default="torch", choices=["torch", "philox"],
                     help="re-run with this rng (core/prng.py; default: torch's, as the records ran)")
@@ -186,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shard", default="0/1", help="i/k: run the i-th of k parts of the draw")
     ap.add_argument("--draw", type=Path, help="the draw's file: written by the first shard, read by the others")
     ap.add_argument("--show-log", action="store_true", help="print the latest row of each cell in --log, run nothing")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     if args.show_log:
         latest = {}

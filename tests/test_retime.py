@@ -57,3 +57,11 @@ def test_shards_split_the_draw_by_cost():
     parts = [rt.shard(cells, i, 2) for i in range(2)]
     assert sorted(c["label"] for p in parts for c in p) == list("abcdef")
     assert [sum(c["proj_s"] for c in p) for p in parts] == [80.0, 75.0]   # b c a | d e f
+
+
+def test_repeated_cells_flags_accumulate():
+    """``--cells a --cells b`` (as a shell loop builds it) re-runs both cells; before, the last flag alone counted."""
+    args = rt.parser().parse_args(["--cells", "nng_table3 uci/yacht hmc_R", "nng_table3 uci/wine hmc_A",
+                                   "--cells", "nng_table4 uci/boston hmc"])
+    assert args.cells == ["nng_table3 uci/yacht hmc_R", "nng_table3 uci/wine hmc_A", "nng_table4 uci/boston hmc"]
+    assert rt.parser().parse_args([]).cells == []
