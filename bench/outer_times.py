@@ -18,16 +18,14 @@ and LAPACK's QR (``range ms``: what the compiled step ran until 2026-12-03), and
 replica at a time (``nystrom ms``), with the largest difference of their Q.
 
 ``--base <commit>`` then times ``nystrom_range`` with that commit's kernel (its ``outer_times.c`` and headers, built
-into the kernel cache aside) against this tree's, in interleaved rounds in this one process, with the largest
-relative difference of their outputs (Q, E, nu; each over its largest entry).
+from its worktree as bench/step_ab.py checks it out) against this tree's, in interleaved rounds in this one process,
+with the largest relative difference of their outputs (Q, E, nu; each over its largest entry).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -133,27 +131,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def base_library(commit: str):
-    """``commit``'s kernel: its ``outer_times.c`` and the headers beside it, built (``c_kernels.build``) from a
-    temporary folder."""
+    """``commit``'s kernel: its ``outer_times.c`` and the headers beside it, built (``c_kernels.build``) from the
+    commit's worktree (``step_ab.worktree``) with this tree's declarations of its functions."""
     from bnnbench.core.linalg import c_kernels
+    from step_ab import REPO, worktree   # bench/ is the script's folder, so it heads sys.path
     src = Path(outer_times.SOURCE)
-    repo = subprocess.run(["git", "-C", str(src.parent), "rev-parse", "--show-toplevel"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    rel = src.parent.relative_to(repo)
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in [src.name] + [h.name for h in src.parent.glob("*.h")]:
-            show = subprocess.run(["git", "-C", repo, "show", f"{commit}:{rel / name}"], capture_output=True)
-            if show.returncode == 0:
-                (Path(tmp) / name).write_bytes(show.stdout)
-        real = c_kernels.build
-
-        def build(source, what, sigs, **kw):   # this tree's declarations of the old source's functions
-            return real(Path(tmp) / src.name, what, sigs, **kw)
-        c_kernels.build = build
-        try:
-            return outer_times._library.__wrapped__()
-        finally:
-            c_kernels.build = real
+    old = worktree(commit) / src.relative_to(REPO)
+    real = c_kernels.build
+    c_kernels.build = lambda source, what, sigs, **kw: real(old, what, sigs, **kw)
+    try:
+        return outer_times._library.__wrapped__()
+    finally:
+        c_kernels.build = real
 
 
 def base_ab(args) -> None:

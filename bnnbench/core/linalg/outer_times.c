@@ -256,6 +256,7 @@ static void times_replica(const float *p, const long *j, const long *o, const lo
                           long k, const float *Yr, float c2, float *outr, scratch w) {
     long Mp = padded(M), n = S * Mp, nv = Mp / V;
     float *TT = w.TT, *XT = w.XT, *H = w.H;
+    int fused3 = k == 3 && S == 2;   /* the shared layer by shared_t3 and shared_gw3 */
     const float *aT[L], *gT[L];
     for (long l = 0; l < L; l++) {
         aT[l] = p; p += j[l] * width(S, M, shared, l);
@@ -264,7 +265,7 @@ static void times_replica(const float *p, const long *j, const long *o, const lo
     memset(TT, 0, k * n * sizeof(float));
     for (long l = 0, off = 0; l < L; off += j[l] * o[l], l++) {   /* T^T [k, n] = (G^T Y)^T */
         long Ml = shared[l] ? Mp : n, ok = o[l] * k;
-        if (shared[l] && k == 3 && S == 2) {
+        if (shared[l] && fused3) {
             shared_t3(aT[l], j[l], Mp, gT[l], o[l], n, Yr + off * k, TT);
             continue;
         }
@@ -289,7 +290,7 @@ static void times_replica(const float *p, const long *j, const long *o, const lo
     for (long v = 0; v < k * n / V; v++) ((vf *)TT)[v] *= c;
     for (long l = 0, off = 0; l < L; off += j[l] * o[l], l++) {   /* (G W)_l with W = c2 T */
         long Ml = shared[l] ? Mp : n, ok = o[l] * k;
-        if (shared[l] && k == 3 && S == 2) {
+        if (shared[l] && fused3) {
             shared_gw3_rows(aT[l], j[l], Mp, gT[l], o[l], n, TT, outr + off * k);
             continue;
         }
