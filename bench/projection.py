@@ -117,14 +117,16 @@ def read_retimed(path: Path, mkl_any_vendor: bool = False, rng: str = "torch") -
 
 def with_retimed(runs: pd.DataFrame, retimed: pd.DataFrame) -> pd.DataFrame:
     """``runs`` (``read_runs``) with each re-timed cell's wall time and phases those of its re-run, and the columns
-    ``retimed`` and ``retimed_compiled``."""
+    ``retimed`` and ``retimed_compiled``. A failed run's re-run (failed too: ``bench/retime.compare``) replaces its wall
+    time, which counts whole as the phase ``failed``."""
     out = runs.copy()
     out["retimed"] = out["retimed_compiled"] = False
     if retimed.empty:
         return out
     key = ["experiment", "label", "dataset"]
     m = out[key].merge(retimed, on=key, how="left")
-    hit = (m["wall_s"].notna() & (out["status"] == "ok")).to_numpy()
+    status = m["status"].fillna("ok").to_numpy() if "status" in m else "ok"   # rows of before 2026-12-04: records
+    hit = m["wall_s"].notna().to_numpy() & (out["status"].to_numpy() == status)
     for col, src in (("wall", "wall_s"), ("hpo", "hpo_s"), ("train", "train_s")):
         out.loc[hit, col] = m.loc[hit, src].astype(float).to_numpy()
     out.loc[hit, "retimed"] = True

@@ -7,13 +7,15 @@ not projected from the records' wall times, which carry the load and the code of
 
 Each ``--cells`` item is ``<experiment> <data set> <labels>`` (labels: a comma list, or ``all``), run one after
 another as ``bnnbench reproduce <experiment> --data <data set> [--label <labels>] --runs-root <out> threads=1
-[compile=true]`` on one core (``taskset``). Then every record under ``<out>`` is paired with the committed record of
-the same cell (``results/runs/<experiment>/<label>/<data set>``) and one row per cell is appended to ``--log``: the
-recorded and the re-run's wall time and phases, whether the re-run was compiled, the commit, and the cell's metrics
-side by side (their difference in the re-run's standard errors; ``identical``: every summary metric the same to the
-last digit, as an eager re-run of a record's own configuration gives). A cell whose configuration differs from its
-record's beyond ``compile`` (``bench/cells_ab.protocol_changes``) is logged with ``changed`` and not used by
-``bench/projection.py``, which otherwise takes a re-run's times in place of its record's.
+[compile=true]`` on one core (``taskset``). Then every record under ``<out>`` (or ``failed.json``: a run stopped on
+divergence, whose cost counts as well) is paired with the committed record (or failure) of the same cell
+(``results/runs/<experiment>/<label>/<data set>``) and one row per cell is appended to ``--log``: the recorded and
+the re-run's wall time and phases, whether the re-run was compiled, the commit, and the cell's metrics side by side
+(their difference in the re-run's standard errors; ``identical``: every summary metric the same to the last digit,
+as an eager re-run of a record's own configuration gives). A cell whose configuration differs from its record's
+beyond ``compile`` (``bench/cells_ab.protocol_changes``), or whose run failed where the record did not or the other
+way round, is logged with ``changed`` and not used by ``bench/projection.py``, which otherwise takes a re-run's
+times in place of its record's.
 
     PYTHONPATH=. python bench/retime.py --sample 40 --seed 1 --frame-hours 0.5 --draw /tmp/draw.json --shard 0/2
         --core 0 --out /tmp/rs0 --compile     (and --shard 1/2 --core 1 --out /tmp/rs1, the same --draw)
@@ -106,20 +108,32 @@ def shard(cells: list[dict], i: int, k: int) -> list[dict]:
     return parts[i]
 
 
+def outcome(d: Path) -> Path | None:
+    """A run directory's ``record.json``, else its ``failed.json`` (a run that stopped, e.g. on divergence), else
+    None: what ``bench/suite_cost.read_runs`` reads."""
+    return next((d / n for n in ("record.json", "failed.json") if (d / n).is_file()), None)
+
+
 def compare(root: Path, runs: Path = RUNS) -> list[dict]:
-    """One row per record under ``root`` that has a committed counterpart in ``runs``."""
+    """One row per run under ``root`` (a record, or a failure) that has a committed counterpart in ``runs``. A failed
+    run is paired with a committed failure (its cost is what re-running that cell costs); a run whose outcome differs
+    from its record's (one failed, the other not) is logged with the change and not used."""
     rows = []
-    for f in sorted(root.glob("*/*/*/record.json")):
-        rel = f.relative_to(root)
-        g = runs / rel
-        if not g.is_file():
+    for d in sorted({f.parent for n in ("record.json", "failed.json") for f in root.glob(f"*/*/*/{n}")}):
+        rel = d.relative_to(root)
+        f, g = outcome(d), outcome(runs / rel)
+        if g is None:
             continue
         a, b = json.loads(g.read_text()), json.loads(f.read_text())
+        status, recorded_status = ("ok" if h.name == "record.json" else "failed" for h in (f, g))
+        changed = protocol_changes(a, b) + ([f"outcome {recorded_status} -> {status}"]
+                                            if status != recorded_status else [])
         row = {"experiment": rel.parts[0], "label": rel.parts[1], "dataset": b.get("dataset") or rel.parts[2],
+               "status": status, **({"reason": b.get("reason")} if status == "failed" else {}),
                "recorded_s": a["wall_time_s"], "recorded_hpo_s": a.get("hpo_time_s") or 0.0,
                "recorded_train_s": a.get("train_time_s") or 0.0, "wall_s": b["wall_time_s"],
                "hpo_s": b.get("hpo_time_s") or 0.0, "train_s": b.get("train_time_s") or 0.0,
-               "compile": bool((b.get("config") or {}).get("compile")), "changed": protocol_changes(a, b),
+               "compile": bool((b.get("config") or {}).get("compile")), "changed": changed,
                "recorded_commit": a.get("git_commit"), "commit": b.get("git_commit"),
                "mkl_any_vendor": "mkl any vendor" in str(b.get("numerics") or ""),   # BNNBENCH_MKL_ANY_VENDOR=1
                "rng": (b.get("config") or {}).get("rng") or "torch",
@@ -155,9 +169,11 @@ def show(rows: list[dict]) -> str:
              f"{'ratio':>6s}  compiled  metrics"]
     for r in rows:
         worst = max((abs(v[2]) for v in r["metrics"].values() if v[2] is not None), default=0.0)
-        how = "identical" if r["identical"] else f"max |diff| {worst:.2f} SE, {r['max_rel_diff']:.1e} relative"
+        how = ("identical" if r["identical"] else "no metrics" if not r["metrics"]
+               else f"max |diff| {worst:.2f} SE, {r['max_rel_diff']:.1e} relative")
         flag = f"  [changed: {', '.join(r['changed'][:4])}]" if r["changed"] else ""
         flag += f"  [drawn, seed {r['sample']['seed']}]" if r.get("sample") else ""
+        flag += f"  [failed: {r['reason']}]" if r.get("status") == "failed" else ""
         rec, new = _costs(r)
         lines.append(f"{r['experiment']:<16s} {r['label']:<18s} {r['dataset']:<22s} {rec:10.1f} "
                      f"{new:9.1f} {rec / new:5.2f}x  {'yes' if r['compile'] else 'no':>8s}"

@@ -215,3 +215,27 @@ def test_a_sampled_cell_re_run_later_stays_in_the_sample(tmp_path):
     r = (30.0 + 90.0) / (100.0 + 300.0)   # a counts with its latest re-run
     assert est["n"] == 2 and est["ratio"] == pytest.approx(r)
     assert est["rest_cells"] == 2 and est["total_s"] == pytest.approx(30.0 + 90.0 + r * 600.0)
+
+
+def test_a_failed_runs_re_run_replaces_its_time(tmp_path):
+    """A run that failed (``failed.json``) counts its wall time whole; its failed re-run's time replaces it, a re-run
+    that succeeded where the record failed does not (bench/retime.py logs it as changed), nor a record's re-run row
+    for a cell whose committed run failed."""
+    runs_root = tmp_path / "runs"
+    for label in ("f", "g"):
+        d = runs_root / "t" / label / "uci__boston"
+        d.mkdir(parents=True)
+        (d / "failed.json").write_text(json.dumps({"dataset": "uci/boston", "device": "cpu", "method": "pbp",
+                                                   "protocol": "nng_uci", "config": {}, "wall_time_s": 500.0}))
+    log = tmp_path / "retime.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in [
+        _retimed("t", "f", "uci/boston", 200.0, 0.0, 0.0, True, status="failed"),
+        _retimed("t", "g", "uci/boston", 300.0, 0.0, 290.0, True),    # a record's row (no status: ok)
+    ]))
+    records = sc.read_runs(runs_root)
+    (tmp_path / "ab.jsonl").write_text(json.dumps(_row("bbb", "nng_uci", "uci/boston", 20, 4.0, 2.0)) + "\n")
+    runs = sc.phase_seconds(pj.with_retimed(records, pj.read_retimed(log)))
+    proj = pj.project(runs, pj.read_ratios(tmp_path / "ab.jsonl")).set_index("label")
+    assert proj.loc["f", "retimed_compiled"] and proj.loc["f", "failed"] == 200.0
+    assert proj.loc["f", "proj_total"] == pytest.approx(200.0)
+    assert not proj.loc["g", "retimed"] and proj.loc["g", "proj_total"] == pytest.approx(500.0)

@@ -65,3 +65,33 @@ def test_repeated_cells_flags_accumulate():
                                    "--cells", "nng_table4 uci/boston hmc"])
     assert args.cells == ["nng_table3 uci/yacht hmc_R", "nng_table3 uci/wine hmc_A", "nng_table4 uci/boston hmc"]
     assert rt.parser().parse_args([]).cells == []
+
+
+def _failed(root, label, wall, spec, reason="bbb diverged at epoch 3: non-finite objective or state in replica(s) [7]"):
+    d = root / "exp" / label / "uci__yacht"
+    d.mkdir(parents=True)
+    (d / "failed.json").write_text(json.dumps({"status": "failed", "dataset": "uci/yacht", "wall_time_s": wall,
+                                               "reason": reason, "config": {"compile": True, "spec": spec}}))
+
+
+def test_failed_runs_are_paired_with_failed_records(tmp_path):
+    """A cell whose record is a failure (a diverged run) costs its wall time again: a failed re-run is its row; a
+    re-run whose outcome differs from its record's is logged as changed (not used by the projection)."""
+    runs, root = tmp_path / "runs", tmp_path / "re"
+    fixed = {"hpo": {"kind": "grid"}, "method": {"lr": 0.01}}
+    _failed(runs, "both", 1000.0, fixed)
+    _failed(root, "both", 400.0, fixed)
+    _failed(runs, "now_ok", 1000.0, fixed)
+    _record(root, "now_ok", 900.0, 1.0, fixed, compile_=True)
+    _record(runs, "now_failed", 100.0, 1.0, fixed)
+    _failed(root, "now_failed", 30.0, fixed)
+    _failed(root, "no_record", 30.0, fixed)
+    rows = {r["label"]: r for r in rt.compare(root, runs)}
+    assert set(rows) == {"both", "now_ok", "now_failed"}
+    b = rows["both"]
+    assert b["status"] == "failed" and b["changed"] == [] and (b["recorded_s"], b["wall_s"]) == (1000.0, 400.0)
+    assert b["reason"].startswith("bbb diverged at epoch 3") and b["metrics"] == {} and not b["identical"]
+    assert rows["now_ok"]["status"] == "ok" and rows["now_ok"]["changed"] == ["outcome failed -> ok"]
+    assert rows["now_failed"]["changed"] == ["outcome ok -> failed"]
+    out = rt.show([b])
+    assert "no metrics" in out and "[failed: bbb diverged at epoch 3" in out and "2.50x" in out
