@@ -247,7 +247,7 @@ class _Interrupt(Exception):
 
 def test_interrupted_final_training_resumes_to_the_same_result(tmp_path, monkeypatch):
     import bnnbench.run.engine as engine
-    ov = ["protocol.epochs=6", "checkpoint_every=2"]
+    ov = ["protocol.epochs=6", "checkpoint_every=2", "checkpoint_seconds=0"]
     ref = _run(tmp_path / "ref", *ov)
     real = engine.evaluate
     calls = {"n": 0}
@@ -272,11 +272,36 @@ def test_interrupted_final_training_resumes_to_the_same_result(tmp_path, monkeyp
     assert not list((tmp_path / "cut" / "run").glob(".*.pt"))  # checkpoints are removed once the record exists
 
 
+def test_checkpoints_are_at_least_checkpoint_seconds_apart(tmp_path, monkeypatch):
+    """A checkpoint is written at every ``checkpoint_every``-th epoch once ``checkpoint_seconds`` of training have
+    passed since the last one (or the start): with each epoch taking 25 s on the training's clock, 12 epochs, every
+    2nd and 60 s, the epochs 4 (100 s), 8 (200 s); with 0 s every 2nd epoch but the last (2, 4, ..., 10)."""
+    import bnnbench.run.engine as engine
+    saved = []
+    real_save = results.save_checkpoint
+    monkeypatch.setattr(results, "save_checkpoint", lambda path, payload: saved.append(payload["epoch"])
+                        or real_save(path, payload))
+    clock = {"t": 0.0}
+    real_batches = engine.epoch_batches
+
+    def slow_epochs(*a, **k):   # each epoch advances the clock by 25 s
+        clock["t"] += 25.0
+        return real_batches(*a, **k)
+    monkeypatch.setattr(engine, "epoch_batches", slow_epochs)
+    monkeypatch.setattr(engine.time, "perf_counter", lambda: clock["t"])
+    _run(tmp_path / "a", "protocol.epochs=12", "checkpoint_every=2", "checkpoint_seconds=60")
+    assert saved == [4, 8]
+    saved.clear()
+    _run(tmp_path / "b", "protocol.epochs=12", "checkpoint_every=2", "checkpoint_seconds=0")
+    assert saved == [2, 4, 6, 8, 10]
+
+
 def test_a_grid_search_interrupted_part_way_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     """The grid's one round checkpoints while it trains: cut after its epoch-2 checkpoint, the same command says so,
     trains the round's last two epochs only, and chooses and scores exactly as an uninterrupted run."""
     import bnnbench.run.engine as engine
-    ov = ["hpo=grid", "hpo.grid_points=2", "hpo.folds=2", "protocol.epochs=4", "checkpoint_every=2"]
+    ov = ["hpo=grid", "hpo.grid_points=2", "hpo.folds=2", "protocol.epochs=4", "checkpoint_every=2",
+          "checkpoint_seconds=0"]
     ref = _run(tmp_path / "ref", *ov)
     real_save = results.save_checkpoint
 

@@ -204,7 +204,8 @@ def test_a_run_prints_its_estimate_once_after_the_first_epochs(data_env, tmp_pat
     assert len(said) == 1 and said[0].startswith("estimated 0 min for the final training: 2 more epochs at ")
 
 
-LONG = ["protocol.epochs=1000000", "protocol.splits=[0]", "progress=false", "checkpoint_every=2"]
+LONG = ["protocol.epochs=1000000", "protocol.splits=[0]", "progress=false", "checkpoint_every=2",
+        "checkpoint_seconds=0"]
 
 
 def _as_a_terminals_job():
@@ -301,7 +302,7 @@ def test_ctrl_c_in_a_reproduce_cell_names_its_resume_state(data_env, tmp_path, m
     runs = tmp_path / "runs"
     argv = ["reproduce", "slang_table2", "--data", "uci/yacht", "--label", "bbb,slang", "--runs-root", str(runs),
             "--out", str(tmp_path / "tables"), "protocol.epochs=5", "protocol.eval_every=1", "protocol.splits=[0]",
-            "checkpoint_every=2", "progress=false", "hpo=fixed"]
+            "checkpoint_every=2", "checkpoint_seconds=0", "progress=false", "hpo=fixed"]
     assert main(argv) == 130
     run_dir = runs / "slang_table2" / "bbb" / "uci__yacht"
     ck, = run_dir.glob(".checkpoint-*.pt")

@@ -201,7 +201,7 @@ def test_an_interrupted_run_resumes_on_the_device_to_the_same_numbers(tmp_path, 
     from bnnbench.run import results
     from bnnbench.cli import main
     ov = ["method=bbb", "data=uci/yacht", "protocol.splits=[0,1]", "protocol.epochs=4", "protocol.eval_every=1",
-          "checkpoint_every=2", "progress=false", f"device={DEVICE.type}"]
+          "checkpoint_every=2", "checkpoint_seconds=0", "progress=false", f"device={DEVICE.type}"]
     restore = ctrl_c_at_evaluation(monkeypatch, 3)   # epoch 3, after the epoch-2 checkpoint
     assert main(["run", *ov, f"runs_root={tmp_path / 'resumed'}"]) == 130
     restore()

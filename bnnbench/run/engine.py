@@ -10,6 +10,7 @@ Monte Carlo noise is independent.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils import _pytree as pytree
 from tqdm.auto import tqdm
 
 from bnnbench.run import results
@@ -279,20 +281,19 @@ def _finite_state(state: State) -> torch.Tensor:
     """``[R]``: whether every floating-point entry of each replica's state is finite, by the largest magnitude of each
     tensor's replica (a NaN or an infinity makes it non-finite: ``amax`` propagates NaN), one pass over the state
     without a boolean tensor per entry (3x faster than ``isfinite(v).all``: 2.6 -> 0.9 ms for App. G's state, every
-    epoch)."""
-    ok = None
-    for v in state.tensors().values():
-        if v.is_floating_point() and v.numel():
-            f = torch.isfinite(v.reshape(v.shape[0], -1).abs().amax(1))
-            ok = f if ok is None else ok & f
-    return ok
+    epoch), the tensors by ``tree_leaves`` (``State.tensors`` names them by path, for messages: 3x the check's time)
+    and the maxima checked at once."""
+    amax = [v.reshape(v.shape[0], -1).abs().amax(1) for v in pytree.tree_leaves(state)
+            if torch.is_tensor(v) and v.is_floating_point() and v.numel()]
+    dtype = functools.reduce(torch.promote_types, (a.dtype for a in amax))
+    return torch.isfinite(torch.stack([a.to(dtype) for a in amax])).all(0)
 
 
 def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch_size: int,
           eval_samples: int, generator: torch.Generator, task: str, eval_every: int | None = None,
           stop_on_divergence: bool = True, progress: bool = False, desc: str = "",
           lr_drop: dict | None = None, checkpoint: Path | None = None,
-          checkpoint_every: int = 10, eval_samples_final: int | None = None,
+          checkpoint_every: int = 10, checkpoint_seconds: float = 0.0, eval_samples_final: int | None = None,
           replica_offset: int = 0, augment: dict | None = None, last_batch: str | None = None,
           announce_eta: bool = False, compile: bool = False) -> TrainResult:
     """Run ``epochs`` passes of ``method.update`` over every replica at once.
@@ -309,8 +310,9 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     ``stop_on_divergence`` training stops with ``DivergenceError`` naming the replicas and the epoch.
 
     With ``checkpoint`` (a file path), the state, the generator's state, the history and the epoch
-    are saved every ``checkpoint_every`` epochs, and a run that finds the file resumes from it: the
-    result is the same as without the interruption. The caller removes the file when done.
+    are saved every ``checkpoint_every`` epochs once ``checkpoint_seconds`` have passed since the last save (or the
+    start), and a run that finds the file resumes from it: the result is the same as without the interruption. The
+    caller removes the file when done.
     ``replica_offset`` numbers the replicas in messages (a chunk of a larger run, ``replica_workers``).
     ``augment = {"image_shape", "crop_pad", "flip"}`` crops and flips every training minibatch (``augment.crop_flip``,
     from the same generator). ``last_batch``: ``epoch_batches``. ``announce_eta``: print an estimate of the time
@@ -328,6 +330,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
         diverged = ck["diverged"]
         generator.set_state(ck["generator"].cpu())   # map_location moved it; a generator's state is a CPU tensor
     t0 = time.perf_counter() - elapsed
+    saved = time.perf_counter()   # the last checkpoint's time (``checkpoint_seconds``)
     bar = tqdm(range(start, epochs), desc=desc or method.name, disable=None if progress else True, leave=False,
                initial=start, total=epochs)
     lr_scale = 1.0
@@ -372,7 +375,9 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
             if kl is not None:  # negative ELBO per data point: the epoch's mean NLL + KL(q || p) / N
                 m["train_objective"] = m["train_objective"] + kl / data.n_train[data.data_index].to(kl.dtype)
             history.append(epoch + 1, m)
-        if checkpoint is not None and not last and (epoch + 1) % checkpoint_every == 0:
+        if (checkpoint is not None and not last and (epoch + 1) % checkpoint_every == 0
+                and time.perf_counter() - saved >= checkpoint_seconds):
+            saved = time.perf_counter()
             results.save_checkpoint(checkpoint, {"state": state, "epoch": epoch + 1, "steps": steps,
                                          "elapsed": time.perf_counter() - t0, "history": history.to_dict(),
                                          "diverged": diverged, "generator": generator.get_state()})

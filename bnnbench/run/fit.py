@@ -35,7 +35,8 @@ class FitOptions:
     eval_samples_final: int | None = None  # posterior samples of the last evaluation
     stop_on_divergence: bool = True        # False: mark diverged replicas and go on (hyper-parameter search)
     checkpoint: Path | None = None         # resume file of this program
-    checkpoint_every: int = 10
+    checkpoint_every: int = 10             # epochs between checkpoints,
+    checkpoint_seconds: float = 60.0       # and seconds at least (engine.train)
     progress: bool = False
     desc: str = ""
     replica_offset: int = 0                # the first replica's number in messages (a chunk of a larger program)
@@ -118,6 +119,7 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptio
                      eval_samples_final=opts.eval_samples_final, generator=generator, task=spec.task,
                      eval_every=opts.eval_every, stop_on_divergence=opts.stop_on_divergence, progress=opts.progress,
                      desc=opts.desc, checkpoint=opts.checkpoint, checkpoint_every=opts.checkpoint_every,
+                     checkpoint_seconds=opts.checkpoint_seconds,
                      replica_offset=opts.replica_offset,
                      augment={"image_shape": image_shape(ds), **spec.augment} if spec.augment else None,
                      last_batch=spec.last_batch, announce_eta=opts.announce_eta, compile=opts.compile)

@@ -29,10 +29,11 @@ after the launch was killed (by the scheduler, out of memory, out of time) or ne
 running are waited for (submitit's own job handles) before the tables are rendered.
 
 A job killed by the scheduler (SIGTERM, then SIGKILL) leaves its cell's resume state (``results.ResumeFiles``: the
-finished selection rounds, the training checkpoint every ``checkpoint_every`` epochs); the same command resubmits
-it, finished cells are skipped and the killed one resumes there, to the numbers of an uninterrupted run
-(``threads=auto`` keeps the count it started with: ``threads.adopt_earlier``). SIGTERM is left to the launcher:
-submitit ignores it in a job so that a preempted SLURM job can be requeued (``max_num_timeout``) and resume.
+finished selection rounds, the training checkpoint every ``checkpoint_every`` epochs, ``checkpoint_seconds`` apart);
+the same command resubmits it, finished cells are skipped and the killed one resumes there, to the numbers of an
+uninterrupted run (``threads=auto`` keeps the count it started with: ``threads.adopt_earlier``). SIGTERM is left to
+the launcher: submitit ignores it in a job so that a preempted SLURM job can be requeued (``max_num_timeout``) and
+resume.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ class _FoldScores:
     diverged or non-finite fit scores ``hpo.failed_score``); ``trace`` keeps every evaluated candidate per split."""
 
     def __init__(self, spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress, workers, compile,
-                 rng: str = "torch", checkpoint_every: int = 10):
+                 rng: str = "torch", checkpoint_every: int = 10, checkpoint_seconds: float = 60.0):
         hpo = spec.hpo
         self.spec, self.ds, self.names = spec, ds, list(spec.space)
         K = hpo["folds"]
@@ -48,7 +48,7 @@ class _FoldScores:
         self.trace = [[] for _ in splits]
         self.fit_options = dict(device=device, dtype=dtype, stop_on_divergence=False,
                                 eval_samples=hpo["eval_samples"], progress=progress, compile=compile, rng=rng,
-                                checkpoint_every=checkpoint_every)
+                                checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds)
         self.workers = workers
 
     def hparams(self, point) -> dict:
@@ -57,7 +57,8 @@ class _FoldScores:
     def __call__(self, cands, checkpoint: Path | None = None) -> tuple[np.ndarray, float, float]:
         """``cands[i]``: the ``[C, d]`` candidate points of split i -> (mean score ``[n_splits, C]``, seconds, the
         part of them spent before the checkpoint it resumed from). With ``checkpoint``, the round's training saves
-        itself there every ``checkpoint_every`` epochs and resumes from it (``engine.train``).
+        itself there every ``checkpoint_every`` epochs (at least ``checkpoint_seconds`` apart) and resumes from it
+        (``engine.train``).
         """
         C, n_s, n_f = len(cands[0]), self.n_splits, self.n_folds
         data_index, hps = [], []
@@ -81,7 +82,7 @@ class _FoldScores:
 
 def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progress=False, log=None,
                    resume: Path | None = None, workers: int | None = None, compile: bool = False,
-                   rng: str = "torch", checkpoint_every: int = 10):
+                   rng: str = "torch", checkpoint_every: int = 10, checkpoint_seconds: float = 60.0):
     """Per-split hyper-parameters chosen on K-fold CV of the training rows (never the test rows).
 
     Returns ``(hparams per split, trace, replayed_s)``; the trace lists every evaluated candidate and its score.
@@ -98,7 +99,8 @@ def select_hparams(spec: RunSpec, ds, splits, seed: int, *, device, dtype, progr
     if kind == "fixed" or not spec.space:
         return [dict(spec.fixed) for _ in splits], [], 0.0
     scores = _FoldScores(spec, ds, splits, seed, device=device, dtype=dtype, progress=progress, workers=workers,
-                         compile=compile, rng=rng, checkpoint_every=checkpoint_every)
+                         compile=compile, rng=rng, checkpoint_every=checkpoint_every,
+                         checkpoint_seconds=checkpoint_seconds)
     if kind == "grid":
         return _grid_search(spec, scores, resume, log)
     if kind != "bo":

@@ -123,7 +123,7 @@ def test_a_failed_job_is_reported_by_its_cell_and_log(tmp_path, capsys, monkeypa
 
 
 KILL = ["--data", "uci/yacht", "--label", "bbb", "hpo=fixed", "protocol.epochs=80", "protocol.splits=[0,1]",
-        "checkpoint_every=5", "progress=false"]
+        "checkpoint_every=5", "checkpoint_seconds=0", "progress=false"]
 
 
 @needs_data

@@ -85,7 +85,7 @@ def test_an_unwritable_results_directory_is_one_clear_line(tmp_path, capsys):
 
 @needs_mirror
 def test_ctrl_c_says_where_the_checkpoint_is_and_the_same_command_resumes(tmp_path, capsys, monkeypatch):
-    ov = [*TINY, "protocol.epochs=4", "checkpoint_every=2", f"runs_root={tmp_path}"]
+    ov = [*TINY, "protocol.epochs=4", "checkpoint_every=2", "checkpoint_seconds=0", f"runs_root={tmp_path}"]
     restore = ctrl_c_at_evaluation(monkeypatch, 3)   # epoch 3, after the epoch-2 checkpoint
     assert main(["run", *ov, "protocol.eval_every=1"]) == 130
     err = capsys.readouterr().err
