@@ -84,6 +84,7 @@ def test_divergence_writes_failure_and_no_record(tmp_path):
     assert not (tmp_path / "run" / "record.json").exists()
     failed = json.loads((tmp_path / "run" / "failed.json").read_text())
     assert failed["status"] == "failed" and "non-finite" in failed["reason"]
+    assert failed["git_commit"] == results.git_commit() and "torch" in failed["versions"]   # the code that failed
 
 
 def test_a_recorded_failure_is_not_rerun_unless_asked(tmp_path, monkeypatch):

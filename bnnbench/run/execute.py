@@ -261,7 +261,8 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
         trained = _train(spec, ds, splits, hparams, method, cfg, opts, resume, log)
     except (DivergenceError, NotConvergedError) as e:
         results.write_failure(run_dir, str(e), {**base, "hparams": hparams,
-                                                 "wall_time_s": time.perf_counter() - t0})
+                                                 "wall_time_s": time.perf_counter() - t0,
+                                                 "versions": results.versions(), "git_commit": commit})
         resume.remove()
         raise
     res, pairs = trained.res, trained.pairs
