@@ -231,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     runs["recorded"] = phase_seconds(records)["total"]
     proj = project(runs[runs["device"] == "cpu"], ratios)
     cols = {"recorded h": "recorded", "re-run cells": "retimed", "selection h": "selection", "-> h": "proj_selection",
-            "training h": "training", "--> h": "proj_training", "compiling h": "compile", "projected h": "proj_total"}
+            "training h": "training", "--> h": "proj_training", "compiling h": "compile", "failed runs h": "failed",
+            "projected h": "proj_total"}
     table = proj.groupby("experiment")[list(cols.values())].sum() / 3600
     table["retimed"] = proj.groupby("experiment")["retimed"].sum()
     table.loc["total"] = table.sum()

@@ -155,6 +155,7 @@ class Stepper(Timed):
         self.method, data, problem = program(spec, ds, pairs, list(range(R)), hp, opts)
         self.g = torch.Generator().manual_seed(0)
         self.state = self.method.init(problem, self.g)
+        self.replica_data = data   # the minibatches' source (bench/epoch_overhead.py)
         self.batches = [make_batch(data, rows) for rows in epoch_batches(data, spec.batch_size, self.g)]
         self.update = self.method.update
         self.compiled = False
