@@ -281,8 +281,8 @@ def _finite_state(state: State) -> torch.Tensor:
     """``[R]``: whether every floating-point entry of each replica's state is finite, by the largest magnitude of each
     tensor's replica (a NaN or an infinity makes it non-finite: ``amax`` propagates NaN), one pass over the state
     without a boolean tensor per entry (3x faster than ``isfinite(v).all``: 2.6 -> 0.9 ms for App. G's state, every
-    epoch), the tensors by ``tree_leaves`` (``State.tensors`` names them by path, for messages: 3x the check's time)
-    and the maxima checked at once."""
+    epoch), the tensors by ``tree_leaves`` (``State.tensors``, which names them by path for messages, took a third
+    of the check's time) and their maxima checked at once: 0.55 -> 0.34 ms (bench/epoch_overhead.py)."""
     amax = [v.reshape(v.shape[0], -1).abs().amax(1) for v in pytree.tree_leaves(state)
             if torch.is_tensor(v) and v.is_floating_point() and v.numel()]
     dtype = functools.reduce(torch.promote_types, (a.dtype for a in amax))
