@@ -45,6 +45,7 @@ import numpy as np
 
 from cells_ab import _metric, protocol_changes   # bench/ is the script's folder, so it heads sys.path
 from step_ab import REPO
+from suite_cost import outcome
 
 RUNS = REPO / "results" / "runs"
 LOG = REPO / "results" / "speed" / "retime.jsonl"
@@ -108,12 +109,6 @@ def shard(cells: list[dict], i: int, k: int) -> list[dict]:
     return parts[i]
 
 
-def outcome(d: Path) -> Path | None:
-    """A run directory's ``record.json``, else its ``failed.json`` (a run that stopped, e.g. on divergence), else
-    None: what ``bench/suite_cost.read_runs`` reads."""
-    return next((d / n for n in ("record.json", "failed.json") if (d / n).is_file()), None)
-
-
 def compare(root: Path, runs: Path = RUNS) -> list[dict]:
     """One row per run under ``root`` (a record, or a failure) that has a committed counterpart in ``runs``. A failed
     run is paired with a committed failure (its cost is what re-running that cell costs); a run whose outcome differs
@@ -121,11 +116,11 @@ def compare(root: Path, runs: Path = RUNS) -> list[dict]:
     rows = []
     for d in sorted({f.parent for n in ("record.json", "failed.json") for f in root.glob(f"*/*/*/{n}")}):
         rel = d.relative_to(root)
-        f, g = outcome(d), outcome(runs / rel)
-        if g is None:
+        (f, status), recorded = outcome(d), outcome(runs / rel)
+        if recorded is None:
             continue
+        g, recorded_status = recorded
         a, b = json.loads(g.read_text()), json.loads(f.read_text())
-        status, recorded_status = ("ok" if h.name == "record.json" else "failed" for h in (f, g))
         changed = protocol_changes(a, b) + ([f"outcome {recorded_status} -> {status}"]
                                             if status != recorded_status else [])
         row = {"experiment": rel.parts[0], "label": rel.parts[1], "dataset": b.get("dataset") or rel.parts[2],

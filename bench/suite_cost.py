@@ -55,6 +55,12 @@ PHASE_NAMES = {"startup": "start-up", "selection": "selection rounds", "training
 SEARCHED = ("bo", "grid")
 
 
+def outcome(d: Path) -> tuple[Path, str] | None:
+    """A run directory's ``record.json`` (status ``ok``), else its ``failed.json`` (``failed``: a run that stopped,
+    e.g. on divergence), else None."""
+    return next(((d / n, s) for n, s in (("record.json", "ok"), ("failed.json", "failed")) if (d / n).is_file()), None)
+
+
 def read_runs(runs_root: Path, experiments: list[str] | None = None) -> pd.DataFrame:
     """One row per run directory (``<experiment>/<label>/<data set>``) holding a ``record.json`` or a ``failed.json``:
     the times it records and what decides its phases."""
@@ -63,12 +69,10 @@ def read_runs(runs_root: Path, experiments: list[str] | None = None) -> pd.DataF
         exp, label, data = d.relative_to(runs_root).parts
         if experiments and exp not in experiments:
             continue
-        for name, status in (("record.json", "ok"), ("failed.json", "failed")):
-            if (d / name).is_file():
-                rec = json.loads((d / name).read_text())
-                break
-        else:
+        found = outcome(d)
+        if found is None:
             continue
+        rec, status = json.loads(found[0].read_text()), found[1]
         cfg = rec.get("config") or {}
         rows.append({
             "experiment": exp, "label": label, "dataset": rec.get("dataset") or data, "status": status,

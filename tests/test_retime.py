@@ -9,6 +9,7 @@ from datapaths import bench_module
 
 bench_module("step_ab")
 bench_module("cells_ab")
+bench_module("suite_cost")
 rt = bench_module("retime")
 
 

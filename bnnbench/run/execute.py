@@ -239,6 +239,8 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
         _check_solved(spec, cfg)
     if method.full_batch:
         _check_full_batch(spec, cfg, splits)
+    checkpoints = dict(checkpoint_every=int(cfg.get("checkpoint_every", 10)),
+                       checkpoint_seconds=float(cfg.get("checkpoint_seconds", 60)))
     if spec.hpo.get("kind") == "recorded":
         hparams = recorded_hparams(spec, splits)
         trace, hpo_replayed_s = [], 0.0
@@ -249,13 +251,11 @@ def _execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log) -> dict:
             hparams, trace, hpo_replayed_s = select_hparams(
                 spec, ds, splits, int(cfg.seed), device=device, dtype=dtype, progress=cfg.get("progress", False),
                 log=log, resume=resume.hpo, workers=cfg.get("workers"), compile=resolved["compile"],
-                rng=resolved["rng"], checkpoint_every=int(cfg.get("checkpoint_every", 10)),
-                checkpoint_seconds=float(cfg.get("checkpoint_seconds", 60)))
+                rng=resolved["rng"], **checkpoints)
     t_hpo = time.perf_counter() - t0 + hpo_replayed_s   # rounds replayed from a checkpoint count with their time
     opts = FitOptions(device=device, dtype=dtype, eval_every=spec.eval_every, stop_on_divergence=True,
                       progress=cfg.get("progress", False), desc=f"{cfg.method.name} {ds.name}",
-                      checkpoint=resume.fit, checkpoint_every=int(cfg.get("checkpoint_every", 10)),
-                      checkpoint_seconds=float(cfg.get("checkpoint_seconds", 60)), announce_eta=True,
+                      checkpoint=resume.fit, **checkpoints, announce_eta=True,
                       compile=resolved["compile"], rng=resolved["rng"])
     try:
         trained = _train(spec, ds, splits, hparams, method, cfg, opts, resume, log)
