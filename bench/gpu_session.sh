@@ -8,6 +8,8 @@
 #   GPU_BUDGET_S=480 bash bench/gpu_session.sh graphs  # compile=true on the GPU (issue 31, section 3): the MNIST steps
 #                                                      # eager and as CUDA graphs, then every CUDA test (compiled too;
 #                                                      # TESTS_K=<expr>: those pytest -k selects)
+#   GPU_BUDGET_S=570 bash bench/gpu_session.sh eig     # SLANG Table 3's eigensolvers and step variants on the GPU
+#                                                      # (bench/slang_gpu_eig.py, issue 31), then every CUDA test
 #
 # queue: runs `bench/gpu_queue.py --budget <left> --fill` in the repository's runs root (the committed records travel
 # with the working tree, so finished cells are skipped) and brings back, in $OUT: queue.txt (its console),
@@ -37,6 +39,13 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1 BNNBENCH_MIRROR=$REPO/.gpu/data \
     BNNBENCH_CACHE=/tmp/bnnbench-cache BNNBENCH_OFFLINE=1
 left() { echo $((DEADLINE - SECONDS)); }
+all_cuda_tests() {
+    # every CUDA test, the compiled ones (a compilation each, CPU-bound) spread over the machine's cores
+    local x=(); python3 -c "import xdist" 2>/dev/null && x=(-p xdist.plugin -n 12)
+    (cd /tmp && PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 timeout "$(( $(left) - 10 ))" python3 -m pytest "$REPO/tests/test_cuda.py" \
+        -m "" "${x[@]}" ${TESTS_K:+-k "$TESTS_K"} --rootdir "$REPO" -c "$REPO/pyproject.toml" -p no:cacheprovider -q -rfE --durations=8 2>&1) \
+        | tee "$OUT/tests.txt"
+}
 
 case "${1:-check}" in
 check)
@@ -100,11 +109,14 @@ graphs)
     # the timings first, alone on the GPU: Adam, BBB and SLANG L = 1, 8, 32 eager, then as compile=true steps them
     (cd bench && PYTHONSAFEPATH= timeout 240 python3 mnist_epoch.py --device cuda --ranks 1,8,32 --steps 20 --compile \
         --json "$OUT/mnist_epoch_compile.json" 2>&1) | tee "$OUT/bench.txt"
-    # every CUDA test, the compiled ones (a compilation each, CPU-bound) spread over the machine's cores
-    x=(); python3 -c "import xdist" 2>/dev/null && x=(-p xdist.plugin -n 12)
-    (cd /tmp && PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 timeout "$(( $(left) - 10 ))" python3 -m pytest "$REPO/tests/test_cuda.py" \
-        -m "" "${x[@]}" ${TESTS_K:+-k "$TESTS_K"} --rootdir "$REPO" -c "$REPO/pyproject.toml" -p no:cacheprovider -q -rfE --durations=8 2>&1) \
-        | tee "$OUT/tests.txt"
+    all_cuda_tests
+    ;;
+eig)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/env.txt"
+    # alone on the GPU first: the Gram matrices' eigensolvers, the compiled step per variant, a profile
+    (cd bench && PYTHONSAFEPATH= timeout "${EIG_S:-250}" python3 slang_gpu_eig.py --device cuda \
+        --json "$OUT/slang_gpu_eig.json" 2>&1) | tee "$OUT/eig.txt"
+    all_cuda_tests
     ;;
 probes)
     # the misses' measured experiments (results/probes/probes.sh) on the machine's 16 cores, one run per core, until

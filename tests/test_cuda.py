@@ -92,6 +92,19 @@ def test_step_on_the_device_equals_the_step_on_the_cpu(case):
         state = new
 
 
+@pytest.mark.parametrize("normal", [True, False])
+def test_philox_draws_on_the_device_are_the_cpus_bits(normal):
+    """``rng=philox`` on the device draws by torch's integer and float32 operations (``prng._normal_torch``, one IEEE
+    operation each): bit for bit the CPU's draws (its C kernel, or the same operations where no C compiler builds it),
+    so a run's stream does not depend on where it runs."""
+    from bnnbench.core import prng
+    draw = prng.normal if normal else prng.uniform
+    for k, n in [(1, 1), (12345, 1000), (2 ** 62 + 7, 100_003)]:
+        cpu, dev = draw(k, (n,)), draw(k, (n,), device=DEVICE)
+        assert dev.device.type == DEVICE.type and dev.dtype == torch.float32
+        assert torch.equal(dev.cpu(), cpu), (k, n, int((dev.cpu() != cpu).sum()))
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_replica_update_equals_update_alone_on_the_device(case):
     g = torch.Generator().manual_seed(1)

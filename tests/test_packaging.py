@@ -1,5 +1,5 @@
 """The installed package, not only the source tree: a wheel holds the Hydra config tree, the reference tables, the
-data registry and the eigensolver kernel's C source (an editable install reads them from the source tree and would
+data registry and the C kernels' sources (an editable install reads them from the source tree and would
 hide a wheel that lacks them)."""
 
 import re
@@ -28,9 +28,12 @@ def test_the_wheel_holds_every_config_reference_table_and_the_registry(tmp_path)
     wanted |= {f"bnnbench/judge/reference/{p.relative_to(ref)}" for p in ref.rglob("*")
                if p.is_file() and "__pycache__" not in p.parts}
     wanted |= {f"{p.relative_to(REPO)}" for p in (REPO / "bnnbench").rglob("*.py")}   # every module of every layer
-    wanted |= {"bnnbench/core/data/registry.json", "bnnbench/configs/__init__.py", "bnnbench/methods/__init__.py",
-               "bnnbench/core/linalg/top_eigpair.c",   # the compiled SLANG step's eigensolver, built at first use
-               "bnnbench/core/linalg/chol_root.c"}     # the compiled noisy K-FAC step's factor roots, likewise
+    wanted |= {"bnnbench/core/data/registry.json", "bnnbench/configs/__init__.py", "bnnbench/methods/__init__.py"}
+    # every C kernel and header, built at first use (core/linalg/c_kernels.py): the compiled SLANG step's eigensolver,
+    # noisy K-FAC's factor roots, rng=philox's draws (core/philox.c: missing from the wheel until 2026-12-04, when the
+    # H200 lease's installed package raised FileNotFoundError at rng=philox's first draw)
+    wanted |= {f"{p.relative_to(REPO)}" for p in (REPO / "bnnbench").rglob("*") if p.suffix in (".c", ".h")}
+    assert "bnnbench/core/philox.c" in wanted and "bnnbench/core/linalg/top_eigpair.c" in wanted
     listed = {f"bnnbench/configs/{d.relative_to(REPO / 'configs')}/".replace("/./", "/")
               for d in (REPO / "configs").rglob("*") if d.is_dir()}
     with open(REPO / "pyproject.toml", "rb") as f:

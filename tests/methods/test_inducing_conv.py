@@ -355,3 +355,22 @@ def test_dual_regression_draws_are_the_posterior_affine_in_their_noise():
     ref = (_mvn_logpdf_cols(Wd.numpy(), np.zeros((Dl, 1)), float(alpha) * np.eye(Dl))
            - _mvn_logpdf_cols(Wd.numpy(), mean, prec))
     assert float(logpq) == pytest.approx(ref, rel=1e-10)
+
+
+def test_chol_solve_is_the_dense_solve_and_cholesky_solve_bit_for_bit():
+    """The dual sampler's ``chol_solve`` (two triangular solves, capturable in a CUDA graph) solves K X = B as the
+    dense solve does, and on the CPU gives ``torch.cholesky_solve``'s bits (LAPACK's ?potrs is the same two solves),
+    so the records of the code before it stand."""
+    from bnnbench.methods.inducing.blr import chol_solve
+    g = torch.Generator().manual_seed(11)
+    for dt in (torch.float64, torch.float32):
+        for batch, n, k in [((), 1, 1), ((3,), 6, 2), ((2, 4), 50, 7), ((1,), 300, 5)]:
+            A = torch.randn(*batch, n, n + 3, generator=g, dtype=dt)
+            K = A @ A.mT + torch.eye(n, dtype=dt)
+            B = torch.randn(*batch, n, k, generator=g, dtype=dt)
+            L = torch.linalg.cholesky(K)
+            X = chol_solve(B, L)
+            assert torch.equal(X, torch.cholesky_solve(B, L)), (dt, batch, n)
+            ref = torch.linalg.solve(K.double(), B.double())
+            tol = 1e-9 if dt == torch.float64 else 2e-3
+            assert torch.allclose(X.double(), ref, rtol=tol, atol=tol * float(ref.abs().max())), (dt, batch, n)

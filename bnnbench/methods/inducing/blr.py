@@ -59,6 +59,14 @@ def prec_root(A: torch.Tensor) -> torch.Tensor:
     return torch.where((info == 0)[..., None, None], C, torch.full_like(C, float("nan")))
 
 
+def chol_solve(B: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
+    """``(L L^T)^-1 B`` for lower-triangular ``L`` by two triangular solves, ``L^-T (L^-1 B)``, as LAPACK's ``?potrs``
+    does (bit for bit ``torch.cholesky_solve`` on the CPU): on a GPU ``cholesky_solve`` reads its status on the host,
+    which a CUDA graph cannot capture (the H200 lease of 2026-12-04: ``compile=true``'s dual sampler failed there);
+    the triangular solves (cuBLAS' ``trsm``) have no status to read."""
+    return torch.linalg.solve_triangular(L.mT, torch.linalg.solve_triangular(L, B, upper=False), upper=True)
+
+
 def sample_weights_dual(U: torch.Tensor, lam: torch.Tensor, V: torch.Tensor, alpha: torch.Tensor,
                         z: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``sample_weights`` in P x P algebra, for fewer inducing points than weight rows (P < D): with
@@ -76,8 +84,8 @@ def sample_weights_dual(U: torch.Tensor, lam: torch.Tensor, V: torch.Tensor, alp
     L = torch.linalg.cholesky(K)
     w0 = z * a.rsqrt()
     Uw0 = U @ w0
-    dW = w0 - U.mT @ torch.cholesky_solve(Uw0 + eps * lam.rsqrt().unsqueeze(-1), L) / a
-    W = dW + U.mT @ torch.cholesky_solve(V, L) / a
+    dW = w0 - U.mT @ chol_solve(Uw0 + eps * lam.rsqrt().unsqueeze(-1), L) / a
+    W = dW + U.mT @ chol_solve(V, L) / a
     quad = alpha * (dW * dW).sum((-1, -2)) + ((U @ dW) ** 2 * lam.unsqueeze(-1)).sum((-1, -2))
     logdet = D * torch.log(alpha) + lam.log().sum(-1) + 2 * L.diagonal(dim1=-2, dim2=-1).log().sum(-1)
     log_q = -0.5 * quad + 0.5 * out * logdet
