@@ -1,17 +1,19 @@
 """The Monte Carlo draws of a run: torch's generator, or counter-based Philox draws (the ``rng`` setting).
 
 Every draw a method makes goes through ``randn`` and ``rand``, which take torch's arguments. Under ``rng=torch`` (the
-default, what every committed record ran with) they are ``torch.randn`` and ``torch.rand``. Under ``rng=philox``
-(``mode``), a float32 draw takes one 63-bit key from the run's generator (``key``: so the draws follow the seed, and a
-checkpoint's generator state resumes them) and fills the tensor from that key by Philox4x32-10 (Salmon et al., SC 2011:
-the counter-based generator of cuRAND, JAX and torch's CUDA draws) with Box-Muller for normals (``philox.c`` gives the
-layout and the formulas). On a CPU a vectorised C kernel does it, one thread (``bench/prng.py``, 2026-12-04): 2.4-2.5x
-torch's Mersenne-twister normals and 4.5-5.0x its uniforms for 10^5-10^6 numbers, 1.3x and 1.75x for 10^4 (a call's
-key and dispatch, about 5 us against torch's 1.2 us); the draws were 15-45% of the compiled steps of BBB, Vadam,
-VOGN, noisy Adam, MC dropout and App. G's factorised family (``bench/step_ab.py``'s draws column). ``philox4x32``,
-``_normal_torch`` and ``_uniform_torch`` compute the same numbers with torch's integer and float32 operations, bit for
-bit: on a GPU (dozens of small kernels a draw: there torch's own generator, already Philox, is the fast one) and where
-no C compiler builds the kernel. Other dtypes draw from torch under either setting.
+default, what every committed record ran with) they are ``torch.randn`` and ``torch.rand``: bit for bit, by
+``mt_draws``' kernel where it applies (float32 on the CPU, at least 256 numbers, checked against torch at first use).
+Under ``rng=philox`` (``mode``), a float32 draw takes one 63-bit key from the run's generator (``key``: so the draws
+follow the seed, and a checkpoint's generator state resumes them) and fills the tensor from that key by Philox4x32-10
+(Salmon et al., SC 2011: the counter-based generator of cuRAND, JAX and torch's CUDA draws) with Box-Muller for
+normals (``philox.c`` gives the layout and the formulas). On a CPU a vectorised C kernel does it, one thread
+(``bench/prng.py``, 2026-12-04): 2.4-2.5x torch's Mersenne-twister normals and 4.5-5.0x its uniforms for 10^5-10^6
+numbers, 1.3x and 1.75x for 10^4 (a call's key and dispatch, about 5 us against torch's 1.2 us); the draws were 15-45%
+of the compiled steps of BBB, Vadam, VOGN, noisy Adam, MC dropout and App. G's factorised family
+(``bench/step_ab.py``'s draws column). ``philox4x32``, ``_normal_torch`` and ``_uniform_torch`` compute the same
+numbers with torch's integer and float32 operations, bit for bit: on a GPU (dozens of small kernels a draw: there
+torch's own generator, already Philox, is the fast one) and where no C compiler builds the kernel. Other dtypes draw
+from torch under either setting.
 
 The two settings draw different numbers from one seed: ``rng`` is part of a run's configuration (recorded, hashed when
 not ``torch``), like ``compile``.
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from bnnbench.core import mt_draws
 from bnnbench.core.linalg import c_kernels
 
 MODES = ("torch", "philox")
@@ -71,6 +74,8 @@ def key(generator: torch.Generator | None, device=None) -> int:
 def randn(*size, generator=None, device=None, dtype=None) -> torch.Tensor:
     """``torch.randn(*size, generator=, device=, dtype=)``; under ``rng=philox`` a float32 tensor of Philox normals."""
     if not _philox(dtype):
+        if mt_draws.applies(_size(size), generator, device, dtype):
+            return mt_draws.randn(_size(size), generator)
         return torch.randn(*size, generator=generator, device=device, dtype=dtype)
     return _draw(key(generator, device), _size(size), device, normal=True)
 
@@ -79,6 +84,8 @@ def rand(*size, generator=None, device=None, dtype=None) -> torch.Tensor:
     """``torch.rand(*size, generator=, device=, dtype=)``; under ``rng=philox`` a float32 tensor of Philox uniforms
     in [0, 1)."""
     if not _philox(dtype):
+        if mt_draws.applies(_size(size), generator, device, dtype):
+            return mt_draws.rand(_size(size), generator)
         return torch.rand(*size, generator=generator, device=device, dtype=dtype)
     return _draw(key(generator, device), _size(size), device, normal=False)
 
