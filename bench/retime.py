@@ -21,12 +21,12 @@ times in place of its record's.
         --core 0 --out /tmp/rs0 --compile     (and --shard 1/2 --core 1 --out /tmp/rs1, the same --draw)
 
 draws a simple random sample (``--seed``) of 40 cells from the frame: the cells of ``make reproduce-tables`` with a
-CPU record, no re-run logged yet and a projected cost (``bench/projection.py``, from the record) of at most
-``--frame-hours``; runs its ``--shard`` i/k (the draw split into k parts of about equal projected cost; one draw,
-written to ``--draw`` by the first shard and read by the others, in k processes on k cores, each into its own
-``--out``) and logs each row with the draw (``sample``: seed, frame, frame size). From those rows
-``bench/projection.py`` estimates what the frame's cells that were not re-run cost: their projected hours times the
-ratio estimator sum(re-run) / sum(projected) of the sample, with its standard error.
+CPU record, no re-run logged yet (in results/speed/retime.jsonl or ``--log``) and a projected cost
+(``bench/projection.py``, from the record) of at most ``--frame-hours``; runs its ``--shard`` i/k (the draw split into
+k parts of about equal projected cost; one draw, written to ``--draw`` by the first shard and read by the others, in k
+processes on k cores, each into its own ``--out``) and logs each row with the draw (``sample``: seed, frame, frame
+size). From those rows ``bench/projection.py`` estimates what the frame's cells that were not re-run cost: their
+projected hours times the ratio estimator sum(re-run) / sum(projected) of the sample, with its standard error.
 """
 
 from __future__ import annotations
@@ -76,12 +76,14 @@ def run_cells(cells: list[list[str]], root: Path, compile_: bool, core: str | No
 def draw(n: int, seed: int, frame_hours: float, log: Path | None) -> dict:
     """A simple random sample of ``n`` cells of the frame (module docstring), with the frame's size."""
     import projection as pj
+    import pandas as pd
     _, x = pj.from_records(RUNS, pj.read_ratios(pj.REPO / "results" / "speed" / "step_ab.jsonl"))
     x = x[x["status"] == "ok"]
-    done = pj.read_retimed(log) if log else None
     key = ["experiment", "label", "dataset"]
-    if done is not None and not done.empty:
-        x = x.merge(done[key].assign(_done=True), on=key, how="left")
+    # the committed log's re-runs always, and ``log``'s: a scratch --log had let the frame of 2026-12-04 hold them
+    done = [d[key] for d in (pj.read_retimed(p) for p in dict.fromkeys([LOG, *([log] if log else [])])) if not d.empty]
+    if done:
+        x = x.merge(pd.concat(done).drop_duplicates().assign(_done=True), on=key, how="left")
         x = x[x["_done"].isna()]
     frame = x[x["proj_total"] <= frame_hours * 3600].sort_values(key).reset_index(drop=True)
     if n > len(frame):

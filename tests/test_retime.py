@@ -96,3 +96,26 @@ def test_failed_runs_are_paired_with_failed_records(tmp_path):
     assert rows["now_failed"]["changed"] == ["outcome ok -> failed"]
     out = rt.show([b])
     assert "no metrics" in out and "[failed: bbb diverged at epoch 3" in out and "2.50x" in out
+
+
+def test_the_draws_frame_leaves_out_cells_re_run_in_the_committed_log_or_the_given_one(tmp_path, monkeypatch):
+    """A scratch ``--log`` must not bring the committed log's re-run cells back into the frame (2026-12-04's draw held
+    them: 708 cells instead of the not-re-run ones)."""
+    import sys
+    import pandas as pd
+    pj = sys.modules["projection"] if "projection" in sys.modules else bench_module("projection")
+    frame = pd.DataFrame({"experiment": ["e"] * 4, "label": ["a", "b", "c", "d"], "dataset": ["uci/yacht"] * 4,
+                          "status": ["ok"] * 4, "proj_total": [100.0, 200.0, 300.0, 5000.0]})
+    monkeypatch.setattr(pj, "from_records", lambda runs, ratios: (None, frame))
+    monkeypatch.setattr(pj, "read_ratios", lambda path: None)
+
+    def row(label):
+        return json.dumps({"experiment": "e", "label": label, "dataset": "uci/yacht", "wall_s": 1.0, "hpo_s": 0.0,
+                           "train_s": 1.0, "compile": True, "changed": [], "when": "2026-12-04 10:00"}) + "\n"
+    committed, scratch = tmp_path / "retime.jsonl", tmp_path / "scratch.jsonl"
+    committed.write_text(row("a"))
+    scratch.write_text(row("b"))
+    monkeypatch.setattr(rt, "LOG", committed)
+    s = rt.draw(1, 0, 0.5, scratch)
+    assert s["frame_cells"] == 1 and s["cells"][0]["label"] == "c"   # a, b re-run; d projected above 0.5 h
+    assert rt.draw(2, 0, 0.5, None)["frame_cells"] == 2              # without --log: only the committed log's
