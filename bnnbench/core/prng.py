@@ -73,21 +73,23 @@ def key(generator: torch.Generator | None, device=None) -> int:
 
 def randn(*size, generator=None, device=None, dtype=None) -> torch.Tensor:
     """``torch.randn(*size, generator=, device=, dtype=)``; under ``rng=philox`` a float32 tensor of Philox normals."""
+    size = _size(size)
     if not _philox(dtype):
-        if mt_draws.applies(_size(size), generator, device, dtype):
-            return mt_draws.randn(_size(size), generator)
-        return torch.randn(*size, generator=generator, device=device, dtype=dtype)
-    return _draw(key(generator, device), _size(size), device, normal=True)
+        if mt_draws.applies(size, generator, device, dtype):
+            return mt_draws.randn(size, generator)
+        return torch.randn(size, generator=generator, device=device, dtype=dtype)
+    return _draw(key(generator, device), size, device, normal=True)
 
 
 def rand(*size, generator=None, device=None, dtype=None) -> torch.Tensor:
     """``torch.rand(*size, generator=, device=, dtype=)``; under ``rng=philox`` a float32 tensor of Philox uniforms
     in [0, 1)."""
+    size = _size(size)
     if not _philox(dtype):
-        if mt_draws.applies(_size(size), generator, device, dtype):
-            return mt_draws.rand(_size(size), generator)
-        return torch.rand(*size, generator=generator, device=device, dtype=dtype)
-    return _draw(key(generator, device), _size(size), device, normal=False)
+        if mt_draws.applies(size, generator, device, dtype):
+            return mt_draws.rand(size, generator)
+        return torch.rand(size, generator=generator, device=device, dtype=dtype)
+    return _draw(key(generator, device), size, device, normal=False)
 
 
 @functools.lru_cache(maxsize=1)

@@ -26,6 +26,7 @@ import math
 import torch
 
 from bnnbench.core import prng
+from bnnbench.methods.inducing.blr import chol_solve
 from bnnbench.methods.inducing.gamma import reparam_standard_gamma, standard_gamma
 
 
@@ -54,7 +55,7 @@ def inverse_wishart_log_prob(Sigma: torch.Tensor, Psi: torch.Tensor, nu: torch.T
     p = Sigma.shape[-1]
     L_sigma = torch.linalg.cholesky(Sigma)
     logdet_sigma = 2 * L_sigma.diagonal(dim1=-2, dim2=-1).log().sum(-1)
-    tr = torch.cholesky_solve(Psi, L_sigma).diagonal(dim1=-2, dim2=-1).sum(-1)
+    tr = chol_solve(Psi, L_sigma).diagonal(dim1=-2, dim2=-1).sum(-1)   # capturable in a CUDA graph (blr)
     return (0.5 * nu * torch.logdet(Psi) - 0.5 * nu * p * math.log(2) - torch.mvlgamma(0.5 * nu, p)
             - 0.5 * (nu + p + 1) * logdet_sigma - 0.5 * tr)
 
