@@ -21,6 +21,8 @@ from bnnbench.run.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, exit_code, h
 RESULTS = Path("results")       # the committed report, relative to the working directory (a checkout)
 RECORDS = str(RESULTS / "runs")  # the run records that results/tables and results/figures are rendered from
 RECORDS_HELP = f"the run records (default: {RECORDS})"
+OUT_HELP = ("where the {0} go (default: results/{0} for the default --runs-root; beside other records, "
+            "<runs-root>/{0}, so that rendering them never overwrites the committed report)")
 EXIT_CONFIG, EXIT_FAILED = 2, 3   # and 130 / 143: interrupted by Ctrl-C / SIGTERM (bnnbench.run.signals)
 EXIT_NO_RECORDS = 1   # ``table``: no record to render
 HELP_FLAGS = ("-h", "--help")
@@ -242,6 +244,7 @@ def cmd_reproduce(args) -> int:
         if stopped:
             print(f"{args.experiment}: stopped; tables and figures not rewritten", file=sys.stderr, flush=True)
             return stopped
+    _default_out(args, "tables")
     figures = args.figures or str(Path(args.out).parent / "figures")    # beside the tables
     cmd_plot(argparse.Namespace(experiment=args.experiment, runs_root=args.runs_root, out=figures))
     tables = cmd_table(args) if spec.get("reference") or spec.get("leaderboard") else 0
@@ -257,7 +260,17 @@ def _no_records(args) -> int:
     return EXIT_NO_RECORDS
 
 
+def _default_out(args, kind: str) -> None:
+    """``--out`` when not given: ``results/<kind>`` (the committed report) for the committed records, else
+    ``<runs-root>/<kind>``: tables and figures of other records never replace the committed ones."""
+    if getattr(args, "out", None):
+        return
+    root = Path(args.runs_root)
+    args.out = str(RESULTS / kind if root.resolve() == Path(RECORDS).resolve() else root / kind)
+
+
 def cmd_table(args) -> int:
+    _default_out(args, "tables")
     from bnnbench.judge.counts import count_line, update_summaries
     from bnnbench.run.results import finished_run_dirs
     from bnnbench.judge.tables import build_table
@@ -284,6 +297,7 @@ def cmd_table(args) -> int:
 
 
 def cmd_plot(args) -> int:
+    _default_out(args, "figures")
     from bnnbench.present.plots import (box_figure, convergence_figure, covariance_figure,
                                         critical_difference_figure, elbo_depth_figure, final_values_table,
                                         predictive_figure)
@@ -403,7 +417,7 @@ def _main(argv: list[str]) -> int:
     r.add_argument("experiment")
     r.add_argument("overrides", nargs="*", help="Hydra overrides applied to every cell")
     r.add_argument("--runs-root", default=RECORDS, help=RECORDS_HELP)
-    r.add_argument("--out", default=str(RESULTS / "tables"))
+    r.add_argument("--out", help=OUT_HELP.format("tables"))
     r.add_argument("--figures", help="where the figures go (default: figures/ beside --out: results/figures)")
     r.add_argument("--jobs", type=int, default=1, help="cells run at a time in worker processes")
     r.add_argument("--data", help="only the cells of these data sets (comma list, e.g. libsvm/a1a,usps/3vs5)")
@@ -413,11 +427,11 @@ def _main(argv: list[str]) -> int:
     t = sub.add_parser("table", help="render an experiment's table from its run records")
     t.add_argument("experiment")
     t.add_argument("--runs-root", default=RECORDS, help=RECORDS_HELP)
-    t.add_argument("--out", default=str(RESULTS / "tables"))
+    t.add_argument("--out", help=OUT_HELP.format("tables"))
     pl = sub.add_parser("plot", help="an experiment's figures from its stored run records (no training)")
     pl.add_argument("experiment")
     pl.add_argument("--runs-root", default=RECORDS, help=RECORDS_HELP)
-    pl.add_argument("--out", default=str(RESULTS / "figures"))
+    pl.add_argument("--out", help=OUT_HELP.format("figures"))
     lst = sub.add_parser("list", help="list data sets, methods, protocols and experiments")
     lst.add_argument("what", nargs="?", default="all",
                      choices=["all", "datasets", "methods", "models", "protocols", "experiments"])

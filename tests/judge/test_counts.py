@@ -145,3 +145,34 @@ def test_bnnbench_table_rewrites_the_counts_of_the_checkouts_readmes(tmp_path, m
         assert "39 of 48" not in text and f"| [slang_table2]({link}/slang_table2.md)" in text
         assert "**All tables: reproduced " in text
     assert stale_summaries(tmp_path / "results" / "tables") == []
+
+
+def test_tables_and_figures_of_other_records_go_beside_them_not_over_the_committed_report(tmp_path, monkeypatch):
+    """``bnnbench table X --runs-root R`` (and ``plot``, ``reproduce``) without ``--out`` writes into R/tables
+    (R/figures): a run of one cell into a scratch root must not replace the committed table with "not run" cells
+    nor rewrite the READMEs' counts."""
+    import shutil
+    from bnnbench.cli import main
+    (tmp_path / "results" / "tables").mkdir(parents=True)
+    (tmp_path / "results" / "runs").symlink_to(REPO / "results" / "runs")
+    committed = {}
+    for ext in ("csv", "md"):
+        p = tmp_path / "results" / "tables" / f"slang_table2.{ext}"
+        p.write_bytes((TABLES / f"slang_table2.{ext}").read_bytes())
+        committed[p] = p.read_bytes()
+    readme = tmp_path / "README.md"
+    readme.write_text(f"text\n{BEGIN}\nas committed\n{END}\n", encoding="utf-8")
+    committed[readme] = readme.read_bytes()
+    mine = tmp_path / "mine"
+    shutil.copytree(REPO / "results" / "runs" / "slang_table2" / "bbb" / "uci__yacht",
+                    mine / "slang_table2" / "bbb" / "uci__yacht")
+    monkeypatch.chdir(tmp_path)
+    assert main(["table", "slang_table2", "--runs-root", str(mine)]) == 0
+    assert main(["plot", "slang_table2", "--runs-root", str(mine)]) == 0
+    assert {p: p.read_bytes() for p in committed} == committed
+    mine_table = (mine / "tables" / "slang_table2.csv").read_text(encoding="utf-8")
+    assert mine_table != (TABLES / "slang_table2.csv").read_text(encoding="utf-8") and "not_run" in mine_table
+    assert (mine / "figures" / "slang_table2_convergence.png").is_file()
+    assert main(["table", "slang_table2"]) == 0             # the committed records still render into results/tables
+    assert (tmp_path / "results" / "tables" / "slang_table2.csv").read_bytes() == committed[
+        tmp_path / "results" / "tables" / "slang_table2.csv"]
