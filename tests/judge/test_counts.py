@@ -170,6 +170,11 @@ def test_tables_and_figures_of_other_records_go_beside_them_not_over_the_committ
     assert main(["table", "slang_table2", "--runs-root", str(mine)]) == 0
     assert main(["plot", "slang_table2", "--runs-root", str(mine)]) == 0
     assert {p: p.read_bytes() for p in committed} == committed
+    import bnnbench.cli as cli
+    monkeypatch.setattr(cli, "_reproduce_cell", lambda exp, root, ov, cores=None: "ok")   # no training here
+    (mine / "tables" / "slang_table2.csv").unlink()
+    assert main(["reproduce", "slang_table2", "--data", "uci/yacht", "--label", "bbb", "--runs-root", str(mine)]) == 0
+    assert {p: p.read_bytes() for p in committed} == committed
     mine_table = (mine / "tables" / "slang_table2.csv").read_text(encoding="utf-8")
     assert mine_table != (TABLES / "slang_table2.csv").read_text(encoding="utf-8") and "not_run" in mine_table
     assert (mine / "figures" / "slang_table2_convergence.png").is_file()
