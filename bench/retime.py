@@ -47,6 +47,8 @@ from cells_ab import _metric, protocol_changes   # bench/ is the script's folder
 from step_ab import REPO
 from suite_cost import outcome
 
+from bnnbench.run.numerics import record_class
+
 RUNS = REPO / "results" / "runs"
 LOG = REPO / "results" / "speed" / "retime.jsonl"
 
@@ -132,7 +134,8 @@ def compare(root: Path, runs: Path = RUNS) -> list[dict]:
                "hpo_s": b.get("hpo_time_s") or 0.0, "train_s": b.get("train_time_s") or 0.0,
                "compile": bool((b.get("config") or {}).get("compile")), "changed": changed,
                "recorded_commit": a.get("git_commit"), "commit": b.get("git_commit"),
-               "mkl_any_vendor": "mkl any vendor" in str(b.get("numerics") or ""),   # BNNBENCH_MKL_ANY_VENDOR=1
+               # the class the re-run ran in (its host's instruction sets; BNNBENCH_MKL_ANY_VENDOR=1 ends it)
+               "numerics": record_class(b), "mkl_any_vendor": "mkl any vendor" in record_class(b),
                "rng": (b.get("config") or {}).get("rng") or "torch",
                "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime(f.stat().st_mtime))}
         metrics, identical, rel = {}, True, 0.0

@@ -20,7 +20,7 @@ def _record(root, label, wall, rmse, spec, compile_=False, ll=-1.5, train=None, 
         "dataset": "uci/yacht", "wall_time_s": wall, "hpo_time_s": 1.0,
         "train_time_s": wall - 2.0 if train is None else train,
         "summary": {"rmse": {"mean": rmse, "stderr": 0.1, "n": 20}, "loglik_pointwise": ll, "note": "text"},
-        "config": {"compile": compile_, "spec": spec}, "git_commit": "abc", "numerics": numerics}))
+        "config": {"compile": compile_, "spec": spec}, "git_commit": "abc", "versions": {"numerics": numerics}}))
 
 
 def test_re_runs_are_paired_with_their_records(tmp_path):
@@ -40,6 +40,7 @@ def test_re_runs_are_paired_with_their_records(tmp_path):
     rows = {r["label"]: r for r in rt.compare(root, runs)}
     assert set(rows) == {"same", "compiled", "resumed", "lr", "mode"}
     assert rows["mode"]["mkl_any_vendor"] and not rows["compiled"]["mkl_any_vendor"]
+    assert rows["mode"]["numerics"].endswith("; mkl any vendor") and rows["compiled"]["numerics"].endswith("AVX2")
     del rows["mode"]
     s = rows["same"]
     assert s["identical"] and s["max_rel_diff"] == 0.0 and not s["compile"] and s["changed"] == []
