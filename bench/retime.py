@@ -127,6 +127,7 @@ def compare(root: Path, runs: Path = RUNS) -> list[dict]:
         a, b = json.loads(g.read_text()), json.loads(f.read_text())
         changed = protocol_changes(a, b) + ([f"outcome {recorded_status} -> {status}"]
                                             if status != recorded_status else [])
+        numerics = record_class(b)   # the class the re-run ran in (its host's instruction sets; the mode ends it)
         row = {"experiment": rel.parts[0], "label": rel.parts[1], "dataset": b.get("dataset") or rel.parts[2],
                "status": status, **({"reason": b.get("reason")} if status == "failed" else {}),
                "recorded_s": a["wall_time_s"], "recorded_hpo_s": a.get("hpo_time_s") or 0.0,
@@ -134,8 +135,7 @@ def compare(root: Path, runs: Path = RUNS) -> list[dict]:
                "hpo_s": b.get("hpo_time_s") or 0.0, "train_s": b.get("train_time_s") or 0.0,
                "compile": bool((b.get("config") or {}).get("compile")), "changed": changed,
                "recorded_commit": a.get("git_commit"), "commit": b.get("git_commit"),
-               # the class the re-run ran in (its host's instruction sets; BNNBENCH_MKL_ANY_VENDOR=1 ends it)
-               "numerics": record_class(b), "mkl_any_vendor": "mkl any vendor" in record_class(b),
+               "numerics": numerics, "mkl_any_vendor": "mkl any vendor" in numerics,   # BNNBENCH_MKL_ANY_VENDOR=1
                "rng": (b.get("config") or {}).get("rng") or "torch",
                "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime(f.stat().st_mtime))}
         metrics, identical, rel = {}, True, 0.0
