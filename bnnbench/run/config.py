@@ -18,8 +18,9 @@ CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 GROUPS = ("data", "method", "protocol", "hpo", "experiment", "model")
 # Version of the resolved configuration a record stores and hashes: 2 = typed method configs (every setting with its
 # default in the method's Config); 3 = defaults as values, not None read as a default in code (noisy K-FAC's
-# momentum_type, the inducing families' arch). Older records are re-keyed by ``python -m bnnbench.run.migrate``.
-CONFIG_SCHEMA = 3
+# momentum_type, the inducing families' arch); 4 = factorised's ``marginal_var_unscaled`` (false before it existed).
+# Older records are re-keyed by ``python -m bnnbench.run.migrate``.
+CONFIG_SCHEMA = 4
 
 
 def config_dir() -> str:

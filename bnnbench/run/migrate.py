@@ -13,6 +13,8 @@ differs from the one it stores in ways that cannot change its numbers:
   are those of its kind (``schema.SEARCHES``) with their defaults: a key left unset now holds its default, and a key
   of another kind of search (a protocol's ``hpo:`` block under ``hpo=fixed``), which the search never read, is
   no longer stored.
+* schema 3 -> 4: factorised's ``marginal_var_unscaled`` (the library's marginal variance under the Scale prior) is
+  new; every run before it computed it as ``false`` does (``MOVED_DEFAULTS[4]``).
 
 This is how a setting gets a real default: add it with its default to the method's ``Config``, bump
 ``CONFIG_SCHEMA``, name it in ``MOVED_DEFAULTS`` under the new schema, and run this module over the committed records.
@@ -36,6 +38,7 @@ MOVED_DEFAULTS = {
     2: {("full_gaussian", "momentum"): 0.0, ("bbb", "learn_noise"): False, ("bbb", "noise_lr_drop"): True},
     3: {**{(m, "momentum_type"): "ema" for m in ("noisy_kfac", "kfac", "noisy_kfac_blktri")},
         **{(m, "arch"): "mlp" for m in _INDUCING}},
+    4: {("fac", "marginal_var_unscaled"): False},
 }
 
 

@@ -256,6 +256,36 @@ def test_factorised_kl_and_local_reparameterisation_against_references():
     assert torch.allclose(out[0].var(0), v, rtol=0.03)
 
 
+@pytest.mark.parametrize("prior", ["scale", "neal"])
+def test_unscaled_marginal_variance_is_the_librarys_local_reparameterisation(prior):
+    """``marginal_var_unscaled`` against bayesfunc's ``FactorisedLRParam.forward`` and ``AbstractLRLinear.forward``
+    transcribed: under its ``ScalePrior`` (not a ``FactorisedPrior``) the pre-activations' variance is (X * X) e^V^T,
+    under Neal's (X * X) (e^V / D)^T; the KL is q's own either way."""
+    g = torch.Generator().manual_seed(1)
+    net = InducingNet([3, 2], "fac", prior, local_reparam=True, marginal_var_unscaled=True)
+    params = net.init_params(1, g, "cpu", DT)
+    q = params.layers[0].weights.replace(log_var=torch.randn(1, 4, 2, generator=g, dtype=DT) - 1)
+    params = params.replace(layers=(params.layers[0].replace(weights=q),))
+    x = torch.randn(1, 5, 3, generator=g, dtype=DT)
+    noise = net.noise(params, 1, 5, g)
+    out, logpq = net.forward(params, x, noise)
+    # the library: post_mean [out, D] = M^T / sqrt(D); under a FactorisedPrior post_log_var gains 2 log(1 / sqrt(D))
+    X = torch.cat([x[0], torch.ones(5, 1, dtype=DT)], -1)
+    post_mean = q.mean[0].T / 2.0
+    post_var = q.log_var[0].T.exp() / (4.0 if prior == "neal" else 1.0)
+    ref = X @ post_mean.T + ((X ** 2) @ post_var.T).sqrt() * noise[0][1][0, 0]
+    assert torch.allclose(out[0, 0], ref, atol=1e-12)
+    alpha, lpq_prior = net.priors[0].prec(params.layers[0].prior, noise[0][0], 1, 1, x)
+    q_w = torch.distributions.Normal(q.mean[0] / 2.0, (q.log_var[0].exp() / 4.0).sqrt())
+    p_w = torch.distributions.Normal(torch.zeros(4, 2, dtype=DT), alpha[0, 0].rsqrt().expand(4, 2))
+    kl = torch.distributions.kl_divergence(q_w, p_w).sum()
+    assert torch.allclose(logpq[0, 0], lpq_prior[0, 0] - kl, atol=1e-12)
+    plain = InducingNet([3, 2], "fac", prior, local_reparam=True)
+    out_plain, logpq_plain = plain.forward(params, x, noise)
+    assert torch.equal(logpq_plain, logpq)
+    assert torch.equal(out_plain, out) == (prior == "neal")
+
+
 def test_gamma_kl_against_numerical_integration():
     for a_q, b_q, a_p, b_p in [(3.0, 2.0, 2.0, 2.0), (405.4, 405.4, 2.0, 2.0), (2.5, 7.0, 1.3, 0.4)]:
         q, p = stats.gamma(a_q, scale=1 / b_q), stats.gamma(a_p, scale=1 / b_p)

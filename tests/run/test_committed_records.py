@@ -104,6 +104,17 @@ def test_migration_from_schema_2_explains_the_defaults_that_became_values():
     assert unexplained(as_schema(gi, 2), gi, "gi") == [] and unexplained(as_schema(gi, 1), gi, "gi") == []
 
 
+def test_migration_from_schema_3_explains_factorised_marginal_var_only_at_false():
+    """Schema 4 stores factorised's ``marginal_var_unscaled``; every record before it ran as ``false`` does."""
+    from bnnbench.run.migrate import as_schema, unexplained
+    new = {"config_schema": 4, "method": "fac", "spec": {"method": {"name": "fac", "marginal_var_unscaled": False}}}
+    old = as_schema(new, 3)
+    assert old["config_schema"] == 3 and old["spec"]["method"]["marginal_var_unscaled"] is None
+    assert unexplained(old, new, "fac") == []
+    library = {**new, "spec": {"method": {"name": "fac", "marginal_var_unscaled": True}}}
+    assert unexplained(old, library, "fac") == ["spec.method.marginal_var_unscaled: null -> true"]
+
+
 def test_committed_sampler_diagnostics_have_no_negative_or_uncapped_ess():
     """Every ESS a committed record's ``diagnostics`` hold (HMC: the smallest bulk ESS of the test predictions per
     split) lies in (0, S log10 S], S = chains x kept draws per chain: the range of Stan's and ArviZ's estimator

@@ -7,7 +7,10 @@ Families (Ober & Aitchison, 2020, Sec. 2-3 and App. C; the library's ``factorise
 - ``Factorised``: q(W) = N(M / sqrt(D), diag(e^V) / D), the stored parameters scaled by 1 / sqrt(D) so that Adam's
   steps are of the same size in every layer (App. C); M starts as a N(0, 1) draw (a Neal-prior draw of W), e^V at
   1e-3 (``var_init_mult``). Its KL to N(0, alpha^-1 I) is taken in closed form given alpha. With ``local_reparam``
-  each pre-activation is drawn from its marginal (Kingma et al., 2015) instead of W (no inducing rows then).
+  each pre-activation is drawn from its marginal (Kingma et al., 2015) instead of W (no inducing rows then), of
+  variance (h * h) e^V / D, or (h * h) e^V with ``marginal_var_unscaled``: the library's ``FactorisedLRParam`` under a
+  prior it does not treat as fixed (its Scale prior) returns the unscaled e^V to the forward pass while its KL sees
+  q, a mismatch that App. G's factorised Scale-prior column inherits (``method.FacConfig.marginal_var_unscaled``).
 - ``Inducing``: q(W) the Bayesian linear regression of ``blr`` on pseudo-data. Global inducing: the inducing inputs are
   the first P rows of ``h`` (the learned U_0 propagated through the layers below); local inducing (``local=True``):
   the layer's own learned inputs (P = D, the smallest complete set, as the library's ``LILinear``). Pseudo-outputs V
@@ -78,9 +81,11 @@ class Layer:
 
 
 class Factorised(Layer):
-    def __init__(self, d_in, d_out, var_init_mult: float = 1e-3, local_reparam: bool = False):
+    def __init__(self, d_in, d_out, var_init_mult: float = 1e-3, local_reparam: bool = False,
+                 marginal_var_unscaled: bool = False):
         super().__init__(d_in, d_out)
         self.var_init_mult, self.local_reparam = float(var_init_mult), bool(local_reparam)
+        self.marginal_var_unscaled = bool(marginal_var_unscaled)
 
     def init_params(self, R, generator, device, dtype):
         mean = prng.randn(R, self.D, self.d_out, generator=generator, device=device, dtype=dtype)
@@ -95,7 +100,7 @@ class Factorised(Layer):
         scale = 1.0 / self.D
         mean, var = params.mean * scale ** 0.5, params.log_var.exp() * scale
         if self.local_reparam:
-            out = self.apply_marginal(h, mean, var, noise)
+            out = self.apply_marginal(h, mean, var * self.D if self.marginal_var_unscaled else var, noise)
         else:
             out = self.apply(h, mean.unsqueeze(1) + var.sqrt().unsqueeze(1) * noise)
         return out, -factorised_kl(mean, var, alpha)

@@ -61,9 +61,12 @@ class FacConfig(InducingFamilyConfig):
     name: str = "fac"
     var_init_mult: float = 1e-3         # initial variance / prior (Neal) variance
     local_reparam: bool = True          # draw pre-activations (UCI); false: draw the weights
+    marginal_var_unscaled: bool = False  # as the library under the Scale prior: the pre-activations' variance from
+                                         # e^V, D times q's e^V / D (its KL sees q); App. G's Scale-prior column
 
     def net_settings(self) -> dict:
-        return {**super().net_settings(), "var_init_mult": self.var_init_mult, "local_reparam": self.local_reparam}
+        return {**super().net_settings(), "var_init_mult": self.var_init_mult, "local_reparam": self.local_reparam,
+                "marginal_var_unscaled": self.marginal_var_unscaled}
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from bnnbench.methods.inducing import conv_layers, layers
 from bnnbench.methods.inducing.architectures import mlp
 from bnnbench.methods.inducing.layers import FactorisedQ, InducingQ
 from bnnbench.methods.inducing.modules import WEIGHT_LAYERS, Conv2d, Linear, Residual
-from bnnbench.methods.inducing.priors import InverseWishartQ, LayerPrior, ScaleQ
+from bnnbench.methods.inducing.priors import LIBRARY_UNFIXED_PRIORS, InverseWishartQ, LayerPrior, ScaleQ
 from bnnbench.methods.state import Node, state_class
 
 FAMILIES = ("fac", "li", "gi", "fac_gi", "rand_gi")
@@ -54,12 +54,13 @@ class InducingParams(Node):
 
 
 def weight_layer(spec, shape, role: str, *, n_inducing: int, local_reparam: bool, var_init_mult: float,
-                 log_prec_init: float, log_prec_lr: float):
-    """The posterior of one weight layer: ``role`` fac | li | gi | prior, for inputs of ``shape``."""
+                 log_prec_init: float, log_prec_lr: float, marginal_var_unscaled: bool = False):
+    """The posterior of one weight layer: ``role`` fac | li | gi | prior, for inputs of ``shape``
+    (``marginal_var_unscaled``: a factorised layer's marginal variance D times q's, ``layers.Factorised``)."""
     inducing = dict(log_prec_init=log_prec_init, log_prec_lr=log_prec_lr)
     if isinstance(spec, Linear):
         if role == "fac":
-            return layers.Factorised(spec.d_in, spec.d_out, var_init_mult, local_reparam)
+            return layers.Factorised(spec.d_in, spec.d_out, var_init_mult, local_reparam, marginal_var_unscaled)
         if role == "li":
             return layers.Inducing(spec.d_in, spec.d_out, local=True, **inducing)
         if role == "gi":
@@ -94,7 +95,8 @@ class InducingNet:
 
     def __init__(self, modules, family: str, prior: str, *, in_shape=None, n_inducing: int = 100,
                  activation: str = "relu", local_reparam: bool = False, var_init_mult: float = 1e-3,
-                 log_prec_init: float = -4.0, out_log_prec_init: float | None = None, log_prec_lr: float = 1.0):
+                 log_prec_init: float = -4.0, out_log_prec_init: float | None = None, log_prec_lr: float = 1.0,
+                 marginal_var_unscaled: bool = False):
         if family not in FAMILIES:
             raise ValueError(f"unknown posterior family {family!r}; valid: {', '.join(FAMILIES)}")
         if activation not in ACTIVATIONS:
@@ -113,7 +115,8 @@ class InducingNet:
             role = family if family not in BELOW_GI_OUTPUT else ("gi" if last else BELOW_GI_OUTPUT[family])
             lp = out_log_prec_init if (last and out_log_prec_init is not None) else log_prec_init
             layer = weight_layer(spec, shape, role, n_inducing=n_inducing, local_reparam=local_reparam,
-                                 var_init_mult=var_init_mult, log_prec_init=lp, log_prec_lr=log_prec_lr)
+                                 var_init_mult=var_init_mult, log_prec_init=lp, log_prec_lr=log_prec_lr,
+                                 marginal_var_unscaled=marginal_var_unscaled and prior in LIBRARY_UNFIXED_PRIORS)
             self.layers.append(layer)
             self.priors.append(LayerPrior(prior, layer.D, spec.kernel ** 2 if isinstance(spec, Conv2d) else 1))
         self.n_inducing = int(n_inducing) if family in ("gi", "fac_gi", "rand_gi") else 0

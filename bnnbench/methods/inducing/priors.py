@@ -32,6 +32,7 @@ from bnnbench.methods.inducing.wishart import (bartlett_factor, bartlett_noise, 
 from bnnbench.methods.state import Node, state_class
 
 PRIORS = ("standard", "neal", "scale", "spatial_iw")
+LIBRARY_UNFIXED_PRIORS = ("scale", "spatial_iw")  # not the library's ``FactorisedPrior``s (``layers.Factorised``)
 SCALE_PRIOR_SHAPE = 2.0   # x ~ Gamma(2, 2): E[x] = 1
 SCALE_INIT_LOG = 6.0      # q(x) = Gamma(2 + e^6, 2 + e^6) at the start
 IW_INIT_LOG_WEIGHT = -5.0  # the pseudo-observations' weights e^-5 at the start: q(Q) starts near the prior
