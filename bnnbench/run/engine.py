@@ -180,24 +180,31 @@ class TrainResult:
     solve_info: dict | None = None  # a solved method's report of its solve (``Method.solve``)
 
 
-def epoch_batches(data: ReplicaData, batch_size: int, generator: torch.Generator, last_batch: str | None = None):
+def epoch_batches(data: ReplicaData, batch_size: int, generator: torch.Generator, last_batch: str | None = None,
+                  batch_order: str | None = None):
     """Yield minibatch row indices ``[R, B]``: one permutation per distinct training set and epoch,
     ``ceil(N_max / B)`` steps. ``last_batch`` None ("wrap"): every batch has B rows, the last one filled from the
     start of its own permutation (as does a smaller set); "short": the last batch holds the N mod B rows left, as a
     PyTorch ``DataLoader`` (``drop_last=False``) gives them, so every row is seen once per epoch (all training sets
-    must then have the same size N)."""
+    must then have the same size N). ``batch_order`` None ("shuffled"): a random permutation; "fixed": the identity
+    every epoch (``shuffle=False``), drawing nothing from ``generator``."""
     U, n_max = data.x_train.shape[:2]
     if last_batch not in (None, "wrap", "short"):
         raise ConfigError(f"protocol.last_batch={last_batch!r}; valid: wrap, short")
+    if batch_order not in (None, "shuffled", "fixed"):
+        raise ConfigError(f"protocol.batch_order={batch_order!r}; valid: shuffled, fixed")
     if last_batch == "short" and bool((data.n_train != n_max).any()):
         raise ConfigError(f"protocol.last_batch=short needs training sets of one size; these have "
                           f"{sorted(set(data.n_train.tolist()))} rows (cross-validation folds differ by a row: "
                           f"use it with hpo=fixed or hpo=recorded)")
-    keys = torch.rand(U, n_max, generator=generator, device=data.x_train.device)
-    pad = torch.arange(n_max, device=keys.device)[None, :] >= data.n_train[:, None]
-    perm = torch.where(pad, torch.full_like(keys, 2.0), keys).argsort(dim=1)
+    if batch_order == "fixed":
+        perm = torch.arange(n_max, device=data.x_train.device).expand(U, n_max)   # a replica's pad rows stay last
+    else:
+        keys = torch.rand(U, n_max, generator=generator, device=data.x_train.device)
+        pad = torch.arange(n_max, device=keys.device)[None, :] >= data.n_train[:, None]
+        perm = torch.where(pad, torch.full_like(keys, 2.0), keys).argsort(dim=1)
     n_steps = math.ceil(n_max / batch_size)
-    pos = torch.arange(n_steps * batch_size, device=keys.device)[None, :] % data.n_train[:, None]
+    pos = torch.arange(n_steps * batch_size, device=perm.device)[None, :] % data.n_train[:, None]
     rows = perm.gather(1, pos)[data.data_index]   # the epoch's rows at once: fewer small ops per step
     end = n_max if last_batch == "short" else n_steps * batch_size
     for k in range(n_steps):
@@ -295,7 +302,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
           lr_drop: dict | None = None, checkpoint: Path | None = None,
           checkpoint_every: int = 10, checkpoint_seconds: float = 0.0, eval_samples_final: int | None = None,
           replica_offset: int = 0, augment: dict | None = None, last_batch: str | None = None,
-          announce_eta: bool = False, compile: bool = False) -> TrainResult:
+          batch_order: str | None = None, announce_eta: bool = False, compile: bool = False) -> TrainResult:
     """Run ``epochs`` passes of ``method.update`` over every replica at once.
 
     After the last epoch's steps the state is ``method.posthoc``'s (Laplace: its curvature at the MAP estimate), checked
@@ -315,9 +322,10 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
     caller removes the file when done.
     ``replica_offset`` numbers the replicas in messages (a chunk of a larger run, ``replica_workers``).
     ``augment = {"image_shape", "crop_pad", "flip"}`` crops and flips every training minibatch (``augment.crop_flip``,
-    from the same generator). ``last_batch``: ``epoch_batches``. ``announce_eta``: print an estimate of the time
-    left after the first epochs when it is long (``EtaNotice``). ``compile``: each step through ``torch.compile``
-    (``bnnbench.run.compiled.compiled_update``: a ``compilable`` method's; the compilation counts in the wall time).
+    from the same generator). ``last_batch``, ``batch_order``: ``epoch_batches``. ``announce_eta``: print an estimate of
+    the time left after the first epochs when it is long (``EtaNotice``). ``compile``: each step through
+    ``torch.compile`` (``bnnbench.run.compiled.compiled_update``: a ``compilable`` method's; the compilation counts in
+    the wall time).
     """
     history = History()
     R = data.n_replicas
@@ -342,7 +350,7 @@ def train(method: Method, state: State, data: ReplicaData, *, epochs: int, batch
             lr_scale = float(lr_drop["factor"])
         obj_sum = torch.zeros(R, device=data.data_index.device, dtype=data.x_train.dtype)
         n_batches = 0
-        for rows in epoch_batches(data, batch_size, generator, last_batch):
+        for rows in epoch_batches(data, batch_size, generator, last_batch, batch_order):
             batch = make_batch(data, rows)
             if augment:
                 batch.x = crop_flip(batch.x, augment["image_shape"], augment["crop_pad"], augment["flip"], generator)

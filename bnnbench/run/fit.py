@@ -122,7 +122,8 @@ def fit(spec: RunSpec, ds, pairs, data_index, hparams, generator, opts: FitOptio
                      checkpoint_seconds=opts.checkpoint_seconds,
                      replica_offset=opts.replica_offset,
                      augment={"image_shape": image_shape(ds), **spec.augment} if spec.augment else None,
-                     last_batch=spec.last_batch, announce_eta=opts.announce_eta, compile=opts.compile)
+                     last_batch=spec.last_batch, batch_order=spec.batch_order, announce_eta=opts.announce_eta,
+                     compile=opts.compile)
 
 
 def solve_replicas(spec: RunSpec, ds, pairs, data_index, hparams, opts: FitOptions) -> TrainResult:

@@ -37,6 +37,9 @@ class ProtocolSettings:
     last_batch: Optional[str] = None        # null / wrap: every minibatch has batch_size rows, the last one filled
                                             # from the epoch's start; short: the N mod B rows left, as a PyTorch
                                             # DataLoader gives them (training sets of one size only)
+    batch_order: Optional[str] = None       # null / shuffled: the rows in a fresh random order every epoch; fixed:
+                                            # in their split's order every epoch, as a DataLoader with shuffle=False
+                                            # (the global inducing library's UCI loader)
     posterior_metrics: Optional[str] = None  # logreg: SLANG Table 1's metrics of a Gaussian q
     exact_gtol: Optional[float] = None      # gradient tolerance of the exact (L-BFGS) solutions
     lr_drop: Any = None                     # {at: fraction of the epochs, factor: f}

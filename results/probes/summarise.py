@@ -56,7 +56,7 @@ def _metrics(rec: dict) -> tuple[tuple[str, str], tuple[str, str]]:
 
 def _row(rec: dict, label: str, where: str) -> str:
     first, second = _metrics(rec)[0]
-    same = ("experiment=", "method=", "data=", "runs_root=", "progress=", "threads=", "label=")
+    same = ("experiment=", "method=", "data=", "runs_root=", "progress=", "threads=", "label=", "skip_done=")
     changed = [o for o in rec["config"].get("hydra_overrides", []) if not o.startswith(same)]
     return (f"| {label} | {' '.join(changed) or '(committed cell)'} | {_ms(rec['summary'], first)} | "
             f"{_ms(rec['summary'], second)} | {where} | {rec.get('wall_time_s', 0) / 60:.1f} |")

@@ -232,6 +232,24 @@ def test_epoch_batches_wrap_and_short_last_batch():
         next(epoch_batches(data, 5, torch.Generator(), "drop"))
 
 
+def test_fixed_batch_order_is_a_dataloader_without_shuffling():
+    """``batch_order="fixed"``: every epoch the training rows in their split's order, batch k rows kB..(k+1)B - 1
+    (``shuffle=False``), the last batch short or wrapped; the generator is not drawn from."""
+    X, y = _toy(n=30)
+    data = ReplicaData.build(X, y, [(np.arange(23), np.arange(23, 30)), (np.arange(7, 30), np.arange(7))], dtype=DT)
+    g = torch.Generator().manual_seed(3)
+    before = g.get_state()
+    short = list(epoch_batches(data, 5, g, "short", "fixed"))
+    wrap = list(epoch_batches(data, 5, g, None, "fixed"))
+    assert torch.equal(g.get_state(), before)
+    loader = [list(range(k, min(k + 5, 23))) for k in range(0, 23, 5)]
+    for r in range(2):
+        assert [b[r].tolist() for b in short] == loader
+        assert torch.cat([b[r] for b in wrap]).tolist() == list(range(23)) + [0, 1]
+    with pytest.raises(ConfigError, match="valid: shuffled, fixed"):
+        next(epoch_batches(data, 5, g, None, "sorted"))
+
+
 def test_standardisation_uses_training_rows_only_and_guards_constant_columns():
     X, y = _toy()
     tr, te = np.arange(20), np.arange(20, 30)
