@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MANIFEST = REPO.parent / "shared" / "data" / "MANIFEST.md"
-DEFAULT_OUT = REPO / "bnnbench" / "data" / "registry.json"
+DEFAULT_OUT = REPO / "bnnbench" / "core" / "data" / "registry.json"
 
 REGISTRY_FORMAT = 1
 
@@ -154,6 +154,17 @@ def define_datasets(paths: list[str]) -> dict[str, dict]:
             "files": files,
             "params": {"dir": prefix.rstrip("/"), "folder": folder},
         }
+
+    # The noisy natural gradient authors' regression code (pomonam/NoisyNaturalGradient @ 87fa0df,
+    # regression/data/naval.data: Gal's data.txt byte for byte) takes the last column as the target: the gas turbine
+    # decay coefficient (column 17), with the compressor decay coefficient (column 16, Gal's target) among the inputs.
+    naval = ds["uci/naval"]
+    ds["uci/naval_turbine"] = {
+        **naval,
+        "description": "UCI naval-propulsion-plant, Gal & Ghahramani (2016) splits, the turbine decay coefficient "
+                       "(column 17) from the other 17 columns, as the noisy natural gradient authors' code reads it",
+        "params": {**naval["params"], "feature_columns": list(range(17)), "target_column": 17},
+    }
 
     def libsvm_random(name, path, n_features, pos, neg, desc):
         ds[name] = {

@@ -287,7 +287,10 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
     (printed x ``scale``).  Reference cells printed empty (N/A, not
     recoverable) are not published cells and give no row.  A method, dataset
     or metric of the spec that matches no reference cell raises ValueError
-    (it is almost always a typo in the spec).
+    (it is almost always a typo in the spec).  A column's ``data_of`` maps a
+    row's data set to the one its runs used (NNG Table 1's naval: the NNG
+    authors' columns on ``uci/naval_turbine``, PBP's on ``uci/naval``);
+    ``our_dataset`` names it.
     """
     spec = dict(spec)
     name = str(spec.get("name") or "")
@@ -310,7 +313,8 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
     rows = []
     for ds in datasets:
         for mid, m in methods.items():
-            rec, run_status, selected = _column_record(runs_root, name, mid, m, ds)
+            rds = str((m.get("data_of") or {}).get(ds, ds))
+            rec, run_status, selected = _column_record(runs_root, name, mid, m, rds)
             for key, mm in metrics.items():
                 cell = cell_index.get((ds_ref[ds], m["paper_method"], m["setting"], mm["paper_metric"]))
                 if cell is None:
@@ -320,11 +324,11 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
                     continue
                 used_m.add(mid), used_d.add(ds), used_k.add(key)
                 scale = float(cell["scale"]) if not is_missing(cell["scale"]) else float(mm.get("scale", 1.0))
-                ours = _ours(rec, run_status, runs_root, name, selected or mid, m, key, mm, ds)
+                ours = _ours(rec, run_status, runs_root, name, selected or mid, m, key, mm, rds)
                 judge = _judged_against(cell, as_decimal(cell["value"]), as_decimal(cell["error"]), scale,
                                         printed_index)
                 row = {"dataset": cell["dataset"], "method": cell["method"], "setting": cell["setting"],
-                       "metric": cell["metric"], "our_method": mid, "our_dataset": ds, "our_metric": key,
+                       "metric": cell["metric"], "our_method": mid, "our_dataset": rds, "our_metric": key,
                        "higher_is_better": mm["higher_is_better"], "kind": mm["kind"],
                        "error_kind": cell["error_kind"], "protocol": _protocol_of(rec), "selected": selected,
                        **ours, **_judged_row(cell, scale, ours, mm, judge, unattributed)}

@@ -67,7 +67,9 @@ def convergence_figure(spec: dict, runs_root: Path, out: Path, metrics=None) -> 
         for m in methods:
             if by_setting and spec["methods"][m].get("setting", "") != setting:
                 continue
-            h = load_history(run_dir(runs_root, spec["name"], m, ds))
+            col = spec["methods"].get(m)
+            rds = ((col.get("data_of") or {}).get(ds, ds)) if isinstance(col, dict) else ds
+            h = load_history(run_dir(runs_root, spec["name"], m, rds))
             if h is None:
                 continue
             ep = np.asarray(h["epochs"])

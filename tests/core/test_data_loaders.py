@@ -99,6 +99,21 @@ def test_uci_naval_target_and_constant_feature(load):
     assert ds.X[:, 8].std() == 0 and ds.meta["constant_features"] == [8]
 
 
+def test_uci_naval_turbine_is_the_nng_codes_column_choice(load):
+    """The noisy natural gradient authors' code: the last column (the turbine decay) from all the others, the
+    compressor decay (Gal's target, column 16) among them; Gal's rows and splits."""
+    ds, gal = load("uci/naval_turbine"), load("uci/naval")
+    raw = np.loadtxt(MIRROR / "uci_gal/UCI_Datasets/naval-propulsion-plant/data/data.txt")
+    np.testing.assert_array_equal(ds.y, raw[:, 17])
+    np.testing.assert_array_equal(ds.X, raw[:, :17])
+    np.testing.assert_array_equal(ds.X[:, 16], gal.y)
+    assert 0.975 <= ds.y.min() and ds.y.max() <= 1.0
+    assert ds.meta["target_column"] == 17 and ds.meta["unused_columns"] == [] and ds.meta["constant_features"] == [8]
+    for s, g in zip(ds.splits, gal.splits, strict=True):
+        np.testing.assert_array_equal(s.train, g.train)
+        np.testing.assert_array_equal(s.test, g.test)
+
+
 def test_uci_other_facts(load):
     assert len(load("uci/protein").splits) == 5
     assert abs(load("uci/energy").y.mean() - 22.31) < 0.01  # heating load, not cooling

@@ -26,7 +26,7 @@ needs_mirror = pytest.mark.skipif(
 
 EXPECTED_DATASETS = [
     "uci/boston", "uci/concrete", "uci/energy", "uci/kin8nm", "uci/naval", "uci/power",
-    "uci/protein", "uci/wine", "uci/yacht",
+    "uci/protein", "uci/wine", "uci/yacht", "uci/naval_turbine",
     "libsvm/australian", "libsvm/australian_presplit", "libsvm/breast_cancer",
     "libsvm/breast_cancer_presplit", "libsvm/a1a", "usps/3vs5", "mnist", "cifar10",
     "synthetic/gap_cubic", "synthetic/deep_linear",
@@ -368,7 +368,7 @@ def test_cli_list_and_fetch(data_env, capsys):
 def test_family_prefix_expansion():
     from bnnbench.core.data import _expand
 
-    assert _expand("uci") == EXPECTED_DATASETS[:9]
+    assert _expand("uci") == EXPECTED_DATASETS[:10]
     assert _expand("all") == EXPECTED_DATASETS
     with pytest.raises(UnknownDatasetError):
         _expand("ucx")

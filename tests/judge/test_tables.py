@@ -223,6 +223,24 @@ def test_build_table_missing_and_failed_are_not_run(runs):
     assert len(df0) == 32 and (df0.verdict == "not_run").all()
 
 
+def test_a_columns_data_of_reads_its_runs_on_another_data_set(runs):
+    """``data_of`` (NNG Table 1's naval: the NNG authors' target) reads the column's record of the mapped data set for
+    the row, names it in ``our_dataset``, and leaves the other columns and rows on their own."""
+    _write_record(runs, "bbb", "uci/naval_turbine", {"rmse": {"mean": 0.0004, "stderr": 0.00001, "n": 20}}, wall=1.0)
+    _write_record(runs, "bbb", "uci/naval", {"rmse": {"mean": 0.2, "stderr": 0.01, "n": 20}}, wall=1.0)
+    _write_record(runs, "slang", "uci/naval", {"rmse": {"mean": 0.3, "stderr": 0.01, "n": 20}}, wall=1.0)
+    spec = dict(SPEC, datasets=["uci/boston", "uci/naval"],
+                methods={"bbb": {"paper_method": "BBB", "setting": "", "data_of": {"uci/naval": "uci/naval_turbine"}},
+                         "slang": {"paper_method": "SLANG", "setting": "L=1"}},
+                metrics={"rmse": {"paper_metric": "test_rmse", "higher_is_better": False}})
+    df = build_table(spec, runs)
+    bbb, slang = _cell(df, "naval", "BBB", "test_rmse"), _cell(df, "naval", "SLANG", "test_rmse")
+    assert bbb.ours == pytest.approx(0.0004) and bbb.our_dataset == "uci/naval_turbine"
+    assert slang.ours == pytest.approx(0.3) and slang.our_dataset == "uci/naval"
+    boston = _cell(df, "boston", "BBB", "test_rmse")
+    assert boston.ours == pytest.approx(3.20) and boston.our_dataset == "uci/boston"
+
+
 def test_build_table_subset_and_dataset_names(runs):
     spec = dict(SPEC, datasets=["uci/boston", "uci/naval"],
                 methods={"bbb": {"paper_method": "BBB", "setting": ""}},

@@ -4,7 +4,9 @@ Per folder: ``data.txt`` (whitespace-separated), ``index_features.txt`` / ``inde
 (0-based column indices), ``index_train_k.txt`` / ``index_test_k.txt`` (0-based row indices,
 k < ``n_splits.txt``) and the MC-dropout grids ``n_hidden``, ``n_epochs``, ``tau_values``,
 ``dropout_rates`` (kept in ``meta``). Columns that are neither features nor target (naval:
-column 17, the turbine decay coefficient) are dropped. No standardisation is applied here;
+column 17, the turbine decay coefficient) are dropped. A registry entry may name its columns instead of the index
+files (``feature_columns``, ``target_column``: ``uci/naval_turbine``, column 17 from the other 17, as the noisy
+natural gradient authors' regression code reads naval). No standardisation is applied here;
 ``meta["constant_features"]`` lists zero-variance feature columns (naval: 8).
 """
 from __future__ import annotations
@@ -40,8 +42,11 @@ def build(name: str, spec: dict, files: dict[str, Path]):
 
     raw = np.loadtxt(f("data.txt"), dtype=np.float64, ndmin=2)
     n_rows, n_cols = raw.shape
-    feat = _ints(f("index_features.txt"))
-    target = _ints(f("index_target.txt"))
+    params = spec["params"]
+    feat = (np.asarray(params["feature_columns"], dtype=np.int64) if "feature_columns" in params
+            else _ints(f("index_features.txt")))
+    target = (np.asarray([params["target_column"]], dtype=np.int64) if "target_column" in params
+              else _ints(f("index_target.txt")))
     if target.size != 1:
         raise DataError(f"{name}: index_target.txt must hold one column index, got {target.tolist()}")
     target = int(target[0])
