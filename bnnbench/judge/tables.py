@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from bnnbench.judge.paired import PAIRED_METRICS
-from bnnbench.judge.reference import KEYS, dataset_ref_name, read_reference, reference_path, spec_methods, spec_metrics
+from bnnbench.judge.reference import (KEYS, column_dataset, dataset_ref_name, read_reference, reference_path,
+                                      spec_methods, spec_metrics)
 from bnnbench.run.results import FAILED, RECORD, load_record, run_dir
 from bnnbench.judge.verdicts import as_decimal, decimal_places, is_missing, norm_keys, verdict
 
@@ -313,7 +314,7 @@ def build_table(spec: Mapping, runs_root, reference_dir=None) -> pd.DataFrame:
     rows = []
     for ds in datasets:
         for mid, m in methods.items():
-            rds = str((m.get("data_of") or {}).get(ds, ds))
+            rds = column_dataset(m, ds)
             rec, run_status, selected = _column_record(runs_root, name, mid, m, rds)
             for key, mm in metrics.items():
                 cell = cell_index.get((ds_ref[ds], m["paper_method"], m["setting"], mm["paper_metric"]))

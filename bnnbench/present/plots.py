@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bnnbench.judge.reference import column_dataset
 from bnnbench.run.results import atomic_write, load_history, load_posterior, load_record, run_dir
 
 
@@ -67,9 +68,7 @@ def convergence_figure(spec: dict, runs_root: Path, out: Path, metrics=None) -> 
         for m in methods:
             if by_setting and spec["methods"][m].get("setting", "") != setting:
                 continue
-            col = spec["methods"].get(m)
-            rds = ((col.get("data_of") or {}).get(ds, ds)) if isinstance(col, dict) else ds
-            h = load_history(run_dir(runs_root, spec["name"], m, rds))
+            h = load_history(run_dir(runs_root, spec["name"], m, column_dataset(spec["methods"].get(m), ds)))
             if h is None:
                 continue
             ep = np.asarray(h["epochs"])

@@ -69,6 +69,14 @@ def spec_methods(spec: Mapping) -> dict[str, dict]:
     return out
 
 
+def column_dataset(column: Mapping | None, ds: str) -> str:
+    """The data set a table column's runs used for the row of ``ds``: its ``data_of`` entry, else ``ds`` (NNG Table
+    1's naval row: the NNG authors' columns on ``uci/naval_turbine``, PBP's on ``uci/naval``)."""
+    if not isinstance(column, Mapping):
+        return ds
+    return str((column.get("data_of") or {}).get(ds, ds))
+
+
 def spec_metrics(spec: Mapping) -> dict[str, dict]:
     metrics = spec.get("metrics") or {}
     out = {}
