@@ -140,7 +140,8 @@ def sample_estimate(base: pd.DataFrame, proj: pd.DataFrame, retimed: pd.DataFram
     projection from its record (``base``), y from its re-run (``proj``), applied to the X seconds the frame's other
     cells project to; its standard error X se(r), se(r)^2 = (1 - n / N) sum (y - r x)^2 / ((n - 1) n mean(x)^2)
     (Cochran, Sampling Techniques, 1977, Sec. 6.3). The frame: the cells projected at most ``frame_hours`` from their
-    records, N of them when drawn. Every other cell counts as ``proj`` has it (re-run or projected)."""
+    records, N of them when drawn. A sampled cell whose record has gone since (its column moved to another data set)
+    leaves the sample and the frame (``dropped``). Every other cell counts as ``proj`` has it (re-run or projected)."""
     if retimed.empty or retimed["sample"].isna().all():
         return None
     key = ["experiment", "label", "dataset"]
@@ -150,15 +151,18 @@ def sample_estimate(base: pd.DataFrame, proj: pd.DataFrame, retimed: pd.DataFram
     x = base.set_index(key)["proj_total"]
     y = proj.set_index(key)["proj_total"].reindex(x.index)
     idx = pd.MultiIndex.from_frame(drawn)
+    idx = idx[idx.isin(x.index)]
+    dropped = len(drawn) - len(idx)
     xs, ys = x.reindex(idx).to_numpy(), y.reindex(idx).to_numpy()
-    n, N = len(xs), int(tag["frame_cells"])
+    n, N = len(xs), int(tag["frame_cells"]) - dropped
     r = ys.sum() / xs.sum()
     se_r = (((1 - n / N) * ((ys - r * xs) ** 2).sum() / ((n - 1) * n)) ** 0.5 / xs.mean()) if n > 1 else float("nan")
     retimed_keys = pd.MultiIndex.from_frame(retimed[key])
     ok = (base["status"] == "ok").to_numpy()   # the frame holds no failed run: it counts as recorded
     rest = ~x.index.isin(retimed_keys) & (x <= tag["frame_hours"] * 3600).to_numpy() & ok
     X, other = float(x[rest].sum()), float(y[~rest].sum())
-    return {"n": n, "N": N, "frame_hours": tag["frame_hours"], "seed": tag["seed"], "ratio": float(r),
+    return {"n": n, "N": N, "dropped": dropped, "frame_hours": tag["frame_hours"], "seed": tag["seed"],
+            "ratio": float(r),
             "ratio_se": float(se_r), "rest_cells": int(rest.sum()), "rest_projected_s": X,
             "total_s": other + r * X, "total_se_s": X * se_r}
 
@@ -252,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{re['proj_total'].sum() / 3600:.2f} h projected.")
     est = sample_estimate(base, proj, retimed)
     if est:
+        left = f" ({est['dropped']} sampled cells without a record now left out)" if est["dropped"] else ""
         print(f"Estimated from a random sample (seed {est['seed']}) of {est['n']} of the {est['N']} cells projected "
-              f"at most {est['frame_hours']} h from their records: re-run / projected {est['ratio']:.3f} +- "
+              f"at most {est['frame_hours']} h from their records{left}: re-run / projected {est['ratio']:.3f} +- "
               f"{est['ratio_se']:.3f}, applied to the {est['rest_cells']} such cells not re-run "
               f"({est['rest_projected_s'] / 3600:.1f} h projected): the suite {est['total_s'] / 3600:.1f} +- "
               f"{est['total_se_s'] / 3600:.1f} process-hours compiled.")
