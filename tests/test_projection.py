@@ -192,26 +192,32 @@ def test_the_sample_estimates_the_cells_not_re_run(tmp_path):
     assert est["ratio_se"] == pytest.approx(se_r) and est["total_se_s"] == pytest.approx(600.0 * se_r)
 
 
-def test_a_sampled_cell_re_run_later_stays_in_the_sample(tmp_path):
+def _sample_estimate(tmp_path, walls, rows):
+    """``sample_estimate`` on PBP records of ``walls`` (label -> seconds) and the re-run ``rows``, with every cell
+    projecting to its record (no measured step for PBP); also the log as read."""
     runs_root = tmp_path / "runs"
-    for label, wall in {"a": 100.0, "b": 200.0, "c": 300.0, "d": 400.0}.items():
+    for label, wall in walls.items():
         _record(runs_root, "t", label, "uci/boston", "pbp", "nng_uci", wall_time_s=wall, hpo_time_s=0.0,
                 train_time_s=wall)
-    tag = {"seed": 3, "frame_hours": 1.0, "frame_cells": 4}
-    rows = [_retimed("t", "a", "uci/boston", 50.0, 0.0, 50.0, True, when="2026-12-01 21:00"),
-            _retimed("t", "c", "uci/boston", 90.0, 0.0, 90.0, True, when="2026-12-01 21:00"),
-            _retimed("t", "a", "uci/boston", 30.0, 0.0, 30.0, True, when="2026-12-04 12:00")]   # later, by hand
-    rows[0]["sample"] = rows[1]["sample"] = tag
     log = tmp_path / "retime.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     records = sc.read_runs(runs_root)
     (tmp_path / "ab.jsonl").write_text(json.dumps(_row("bbb", "nng_uci", "uci/boston", 20, 4.0, 2.0)) + "\n")
     ratios = pj.read_ratios(tmp_path / "ab.jsonl")
     retimed = pj.read_retimed(log)
-    assert len(retimed) == 2 and retimed.set_index("label").loc["a", "wall_s"] == 30.0
     base = pj.project(sc.phase_seconds(records), ratios)
     proj = pj.project(sc.phase_seconds(pj.with_retimed(records, retimed)), ratios)
-    est = pj.sample_estimate(base, proj, retimed)
+    return pj.sample_estimate(base, proj, retimed), retimed
+
+
+def test_a_sampled_cell_re_run_later_stays_in_the_sample(tmp_path):
+    tag = {"seed": 3, "frame_hours": 1.0, "frame_cells": 4}
+    rows = [_retimed("t", "a", "uci/boston", 50.0, 0.0, 50.0, True, when="2026-12-01 21:00"),
+            _retimed("t", "c", "uci/boston", 90.0, 0.0, 90.0, True, when="2026-12-01 21:00"),
+            _retimed("t", "a", "uci/boston", 30.0, 0.0, 30.0, True, when="2026-12-04 12:00")]   # later, by hand
+    rows[0]["sample"] = rows[1]["sample"] = tag
+    est, retimed = _sample_estimate(tmp_path, {"a": 100.0, "b": 200.0, "c": 300.0, "d": 400.0}, rows)
+    assert len(retimed) == 2 and retimed.set_index("label").loc["a", "wall_s"] == 30.0
     r = (30.0 + 90.0) / (100.0 + 300.0)   # a counts with its latest re-run
     assert est["n"] == 2 and est["ratio"] == pytest.approx(r)
     assert est["rest_cells"] == 2 and est["total_s"] == pytest.approx(30.0 + 90.0 + r * 600.0)
@@ -220,25 +226,13 @@ def test_a_sampled_cell_re_run_later_stays_in_the_sample(tmp_path):
 def test_a_sampled_cell_without_a_record_leaves_the_sample(tmp_path):
     """A sampled cell whose record has gone (its column moved to another data set) leaves the sample and the frame;
     the estimate stays a number."""
-    runs_root = tmp_path / "runs"
-    for label, wall in {"a": 100.0, "b": 200.0, "c": 300.0, "d": 400.0}.items():
-        _record(runs_root, "t", label, "uci/boston", "pbp", "nng_uci", wall_time_s=wall, hpo_time_s=0.0,
-                train_time_s=wall)
     tag = {"seed": 3, "frame_hours": 1.0, "frame_cells": 5}
     rows = [_retimed("t", "a", "uci/boston", 50.0, 0.0, 50.0, True),
             _retimed("t", "c", "uci/boston", 90.0, 0.0, 90.0, True),
             _retimed("t", "gone", "uci/naval", 70.0, 0.0, 70.0, True)]   # its record moved to another data set
     for r in rows:
         r["sample"] = tag
-    log = tmp_path / "retime.jsonl"
-    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    records = sc.read_runs(runs_root)
-    (tmp_path / "ab.jsonl").write_text(json.dumps(_row("bbb", "nng_uci", "uci/boston", 20, 4.0, 2.0)) + "\n")
-    ratios = pj.read_ratios(tmp_path / "ab.jsonl")
-    retimed = pj.read_retimed(log)
-    base = pj.project(sc.phase_seconds(records), ratios)
-    proj = pj.project(sc.phase_seconds(pj.with_retimed(records, retimed)), ratios)
-    est = pj.sample_estimate(base, proj, retimed)
+    est, _ = _sample_estimate(tmp_path, {"a": 100.0, "b": 200.0, "c": 300.0, "d": 400.0}, rows)
     r = (50.0 + 90.0) / (100.0 + 300.0)
     assert est["n"] == 2 and est["N"] == 4 and est["dropped"] == 1 and est["ratio"] == pytest.approx(r)
     assert est["total_s"] == pytest.approx(50.0 + 90.0 + r * 600.0)
