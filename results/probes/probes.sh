@@ -201,6 +201,16 @@ gi_noise_init)            # App. G: the likelihood's noise scale started at e^-2
     run experiment=gi_tableG method=gi data=uci/energy label=gi_standard_lr0.03_noise-2 method.prior=standard \
         method.lr=0.03 method.init_log_noise_std=-2
     ;;
+gi_inducing_count)        # App. G: the number P of global inducing inputs, lost from the paper (ours 100, as its deep-GP
+                          # experiments): global inducing and fac gi under the standard prior on energy at the columns'
+                          # lr 0.03, S = 1, P = 50 and 200; 5-15 min each on one core
+    for P in 50 200; do
+        run experiment=gi_tableG method=gi data=uci/energy label=gi_standard_lr0.03_p$P method.prior=standard \
+            method.lr=0.03 method.inducing=$P
+    done
+    run experiment=gi_tableG method=fac_gi data=uci/energy label=fac_gi_standard_lr0.03_p200 method.prior=standard \
+        method.lr=0.03 method.inducing=200
+    ;;
 nng_naval_turbine)        # NNG Table 1 on naval as the NNG authors' regression code reads it (uci/naval_turbine: the
                           # turbine decay coefficient, column 17, from the other 17 columns, Gal's target among them;
                           # Gal's the compressor decay from the 16 sensors): PBP (40 passes) and NNG-MVG without
@@ -217,7 +227,7 @@ nng_t3_hmc_x4)            # NNG Table 3, HMC: four times the transitions per rou
     run $h data=uci/kin8nm label=hmc_A_x4 protocol.active_learning.acquire=variance
     ;;
 *)
-    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|slang_bbb_kin8nm_box|vadam_energy_bo|vadam_final|nng_bbb|nng_bbb_lr|gi_samples|li_samples|li_standard_samples|fac_samples|gi_energy_split0|gi_samples30|gi_lr_edge|li_scale_init|gi_batch_order|gi_batch_size|gi_noise_init|nng_naval_turbine|nng_t3_hmc_x4|slang_a1a_seeds|nng_t4_hmc_x4" >&2
+    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|slang_bbb_kin8nm_box|vadam_energy_bo|vadam_final|nng_bbb|nng_bbb_lr|gi_samples|li_samples|li_standard_samples|fac_samples|gi_energy_split0|gi_samples30|gi_lr_edge|li_scale_init|gi_batch_order|gi_batch_size|gi_noise_init|gi_inducing_count|nng_naval_turbine|nng_t3_hmc_x4|slang_a1a_seeds|nng_t4_hmc_x4" >&2
     exit 2
     ;;
 esac
