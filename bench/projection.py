@@ -141,7 +141,8 @@ def sample_estimate(base: pd.DataFrame, proj: pd.DataFrame, retimed: pd.DataFram
     cells project to; its standard error X se(r), se(r)^2 = (1 - n / N) sum (y - r x)^2 / ((n - 1) n mean(x)^2)
     (Cochran, Sampling Techniques, 1977, Sec. 6.3). The frame: the cells projected at most ``frame_hours`` from their
     records, N of them when drawn. A sampled cell whose record has gone since (its column moved to another data set)
-    leaves the sample and the frame (``dropped``). Every other cell counts as ``proj`` has it (re-run or projected)."""
+    leaves the sample and the frame (``dropped``). Every other cell counts as ``proj`` has it (re-run, recorded
+    compiled or projected)."""
     if retimed.empty or retimed["sample"].isna().all():
         return None
     key = ["experiment", "label", "dataset"]
@@ -159,7 +160,8 @@ def sample_estimate(base: pd.DataFrame, proj: pd.DataFrame, retimed: pd.DataFram
     se_r = (((1 - n / N) * ((ys - r * xs) ** 2).sum() / ((n - 1) * n)) ** 0.5 / xs.mean()) if n > 1 else float("nan")
     retimed_keys = pd.MultiIndex.from_frame(retimed[key])
     ok = (base["status"] == "ok").to_numpy()   # the frame holds no failed run: it counts as recorded
-    rest = ~x.index.isin(retimed_keys) & (x <= tag["frame_hours"] * 3600).to_numpy() & ok
+    measured = base["compiled"].astype(bool).to_numpy()   # a record made compiled is measured: not estimated
+    rest = ~x.index.isin(retimed_keys) & (x <= tag["frame_hours"] * 3600).to_numpy() & ok & ~measured
     X, other = float(x[rest].sum()), float(y[~rest].sum())
     return {"n": n, "N": N, "dropped": dropped, "frame_hours": tag["frame_hours"], "seed": tag["seed"],
             "ratio": float(r),
@@ -177,13 +179,16 @@ def from_records(runs_root: Path, ratios: pd.DataFrame) -> tuple[pd.DataFrame, p
 
 def project(runs: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
     """``runs`` (``phase_seconds``) with the projected seconds per phase, the speed-ups used and their sources. A cell
-    re-run compiled (``retimed_compiled``) keeps its re-run's phases: they are measured, compilations included."""
+    re-run compiled (``retimed_compiled``) keeps its re-run's phases, and a record made compiled (``compiled``) that
+    was not re-run its own: they are measured, compilations included."""
     out = runs.copy()
     sel_src, fin_src, sel_r, fin_r, compile_s = [], [], [], [], []
     for _, r in out.iterrows():
-        if r.get("retimed_compiled", False):
+        measured = ("re-run compiled" if r.get("retimed_compiled", False) else
+                    "recorded compiled" if r.get("compiled", False) and not r.get("retimed", False) else None)
+        if measured:
             sel_r.append(1.0), fin_r.append(1.0), compile_s.append(0.0)
-            sel_src.append("re-run compiled"), fin_src.append("re-run compiled")
+            sel_src.append(measured), fin_src.append(measured)
             continue
         method, protocol = r["method"], r["protocol"]
         s = pick(ratios, method, protocol, r["dataset"], SELECTION_R) if method else None

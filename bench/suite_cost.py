@@ -81,10 +81,10 @@ def read_runs(runs_root: Path, experiments: list[str] | None = None) -> pd.DataF
             "searched": ((cfg.get("spec") or {}).get("hpo") or {}).get("kind") in SEARCHED,
             "wall": float(rec.get("wall_time_s") or 0.0), "hpo": float(rec.get("hpo_time_s") or 0.0),
             "train": float(rec.get("train_time_s") or 0.0), "active": "active_learning" in rec,
-            "method": rec.get("method"), "protocol": rec.get("protocol"),
+            "method": rec.get("method"), "protocol": rec.get("protocol"), "compiled": bool(cfg.get("compile")),
         })
     return pd.DataFrame(rows, columns=["experiment", "label", "dataset", "status", "device", "processes", "searched",
-                                       "wall", "hpo", "train", "active", "method", "protocol"])
+                                       "wall", "hpo", "train", "active", "method", "protocol", "compiled"])
 
 
 def phase_seconds(runs: pd.DataFrame) -> pd.DataFrame:

@@ -12,12 +12,12 @@ sc = bench_module("suite_cost")
 pj = bench_module("projection")
 
 
-def _record(root, exp, label, data, method, protocol, hpo="fixed", **times):
+def _record(root, exp, label, data, method, protocol, hpo="fixed", compile=False, **times):
     d = root / exp / label / data.replace("/", "__")
     d.mkdir(parents=True)
     (d / "record.json").write_text(json.dumps({
         "status": "ok", "dataset": data, "device": "cpu", "method": method, "protocol": protocol,
-        "config": {"workers": None, "spec": {"hpo": {"kind": hpo}}}, **times}))
+        "config": {"workers": None, "compile": compile, "spec": {"hpo": {"kind": hpo}}}, **times}))
 
 
 def _row(method, protocol, data, R, old, new, compile_s=10.0, when="2026-12-01 10:00", **kw):
@@ -159,6 +159,22 @@ def test_a_re_run_replaces_its_record(tmp_path):
     assert not v["retimed"] and v["proj_total"] == pytest.approx(405.0)
 
 
+def test_a_record_made_compiled_keeps_its_own_time(tmp_path):
+    """A record made with ``compile=true`` is a measurement of the compiled code: no speed-up divides it again."""
+    runs_root = tmp_path / "runs"
+    for label, compiled in (("eager", False), ("compiled", True)):
+        _record(runs_root, "t", label, "uci/boston", "bbb", "vadam_uci", compile=compiled, wall_time_s=1010.0,
+                hpo_time_s=5.0, train_time_s=1000.0)
+    ratios = tmp_path / "ab.jsonl"
+    ratios.write_text(json.dumps(_row("bbb", "vadam_uci", "uci/boston", 20, 8.0, 2.0, compile_s=2.0)) + "\n")
+    runs = sc.phase_seconds(sc.read_runs(runs_root))
+    proj = pj.project(runs, pj.read_ratios(ratios)).set_index("label")
+    assert proj.loc["eager", "proj_training"] == pytest.approx(250.0)
+    c = proj.loc["compiled"]
+    assert c["proj_total"] == pytest.approx(1010.0) and c["compile"] == 0.0
+    assert c["training_source"] == "recorded compiled"
+
+
 def test_the_sample_estimates_the_cells_not_re_run(tmp_path):
     runs_root = tmp_path / "runs"
     walls = {"a": 100.0, "b": 200.0, "c": 300.0, "d": 400.0, "e": 1000.0, "big": 9000.0}
@@ -192,13 +208,14 @@ def test_the_sample_estimates_the_cells_not_re_run(tmp_path):
     assert est["ratio_se"] == pytest.approx(se_r) and est["total_se_s"] == pytest.approx(600.0 * se_r)
 
 
-def _sample_estimate(tmp_path, walls, rows):
-    """``sample_estimate`` on PBP records of ``walls`` (label -> seconds) and the re-run ``rows``, with every cell
-    projecting to its record (no measured step for PBP); also the log as read."""
+def _sample_estimate(tmp_path, walls, rows, compiled=()):
+    """``sample_estimate`` on PBP records of ``walls`` (label -> seconds; those in ``compiled`` made with
+    ``compile=true``) and the re-run ``rows``, with every cell projecting to its record (no measured step for PBP);
+    also the log as read."""
     runs_root = tmp_path / "runs"
     for label, wall in walls.items():
-        _record(runs_root, "t", label, "uci/boston", "pbp", "nng_uci", wall_time_s=wall, hpo_time_s=0.0,
-                train_time_s=wall)
+        _record(runs_root, "t", label, "uci/boston", "pbp", "nng_uci", compile=label in compiled, wall_time_s=wall,
+                hpo_time_s=0.0, train_time_s=wall)
     log = tmp_path / "retime.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     records = sc.read_runs(runs_root)
@@ -234,6 +251,8 @@ def test_a_sampled_cell_without_a_record_leaves_the_sample(tmp_path):
         r["sample"] = tag
     est, _ = _sample_estimate(tmp_path, {"a": 100.0, "b": 200.0, "c": 300.0, "d": 400.0}, rows)
     r = (50.0 + 90.0) / (100.0 + 300.0)
+    est_c, _ = _sample_estimate(tmp_path / "c", {"a": 100.0, "b": 200.0, "c": 300.0, "d": 400.0}, rows, ("d",))
+    assert est_c["rest_cells"] == 1 and est_c["total_s"] == pytest.approx(50.0 + 90.0 + r * 200.0 + 400.0)  # d as made
     assert est["n"] == 2 and est["N"] == 4 and est["dropped"] == 1 and est["ratio"] == pytest.approx(r)
     assert est["total_s"] == pytest.approx(50.0 + 90.0 + r * 600.0)
     d = [50.0 - r * 100.0, 90.0 - r * 300.0]
