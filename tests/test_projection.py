@@ -251,8 +251,6 @@ def test_a_sampled_cell_without_a_record_leaves_the_sample(tmp_path):
         r["sample"] = tag
     est, _ = _sample_estimate(tmp_path, {"a": 100.0, "b": 200.0, "c": 300.0, "d": 400.0}, rows)
     r = (50.0 + 90.0) / (100.0 + 300.0)
-    est_c, _ = _sample_estimate(tmp_path / "c", {"a": 100.0, "b": 200.0, "c": 300.0, "d": 400.0}, rows, ("d",))
-    assert est_c["rest_cells"] == 1 and est_c["total_s"] == pytest.approx(50.0 + 90.0 + r * 200.0 + 400.0)  # d as made
     assert est["n"] == 2 and est["N"] == 4 and est["dropped"] == 1 and est["ratio"] == pytest.approx(r)
     assert est["total_s"] == pytest.approx(50.0 + 90.0 + r * 600.0)
     d = [50.0 - r * 100.0, 90.0 - r * 300.0]
@@ -281,3 +279,15 @@ def test_a_failed_runs_re_run_replaces_its_time(tmp_path):
     assert proj.loc["f", "retimed_compiled"] and proj.loc["f", "failed"] == 200.0
     assert proj.loc["f", "proj_total"] == pytest.approx(200.0)
     assert not proj.loc["g", "retimed"] and proj.loc["g", "proj_total"] == pytest.approx(500.0)
+
+
+def test_a_record_made_compiled_stays_out_of_the_samples_frame(tmp_path):
+    """The estimate takes a record made compiled as measured: it is not scaled by the sample's ratio."""
+    tag = {"seed": 3, "frame_hours": 1.0, "frame_cells": 4}
+    rows = [_retimed("t", "a", "uci/boston", 50.0, 0.0, 50.0, True),
+            _retimed("t", "c", "uci/boston", 90.0, 0.0, 90.0, True)]
+    for r in rows:
+        r["sample"] = tag
+    est, _ = _sample_estimate(tmp_path, {"a": 100.0, "b": 200.0, "c": 300.0, "d": 400.0}, rows, compiled=("d",))
+    r = (50.0 + 90.0) / (100.0 + 300.0)
+    assert est["rest_cells"] == 1 and est["total_s"] == pytest.approx(50.0 + 90.0 + r * 200.0 + 400.0)   # d as made
