@@ -74,6 +74,29 @@ def test_bad_settings_are_refused_before_any_work():
         active.check(replace(spec, active_learning={"rounds": 0, "acquire": "random"}))
     with pytest.raises(ConfigError, match="split_scheme kind subsample"):
         active.check(replace(spec, split_scheme=None))
+    with pytest.raises(ConfigError, match="warm_start must be true or false"):
+        active.check(replace(spec, active_learning={"rounds": 3, "acquire": "random", "warm_start": "yes"}))
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_warm_start_continues_each_round_from_the_previous_rounds_fitted_state(warm, monkeypatch):
+    """From scratch (the paper's protocol) every round's fit starts from ``method.init``; with ``warm_start`` each
+    round after the first starts from the state the previous round's fit returned, and the record says so."""
+    calls = []
+    real = active.fit_replicas
+
+    def spy(*args, init_state=None, **kw):
+        res = real(*args, init_state=init_state, **kw)
+        calls.append((init_state, res.state))
+        return res
+    monkeypatch.setattr(active, "fit_replicas", spy)
+    spec = spec_for("random", method="noisy_adam")
+    spec = replace(spec, active_learning={**spec.active_learning, "warm_start": warm})
+    _, _, _, entry = run(spec, toy())
+    assert len(calls) == 3 and calls[0][0] is None
+    for (init, _), (_, before) in zip(calls[1:], calls[:-1]):
+        assert (init is before) if warm else init is None
+    assert entry.get("warm_start", False) is warm
 
 
 @pytest.mark.parametrize("method", ["noisy_adam", "noisy_kfac"])
