@@ -7,15 +7,16 @@ not projected from the records' wall times, which carry the load and the code of
 
 Each ``--cells`` item is ``<experiment> <data set> <labels>`` (labels: a comma list, or ``all``), run one after
 another as ``bnnbench reproduce <experiment> --data <data set> [--label <labels>] --runs-root <out> threads=1
-[compile=true]`` on one core (``taskset``). Then every record under ``<out>`` (or ``failed.json``: a run stopped on
-divergence, whose cost counts as well) is paired with the committed record (or failure) of the same cell
-(``results/runs/<experiment>/<label>/<data set>``) and one row per cell is appended to ``--log``: the recorded and
-the re-run's wall time and phases, whether the re-run was compiled, the commit, and the cell's metrics side by side
-(their difference in the re-run's standard errors; ``identical``: every summary metric the same to the last digit,
-as an eager re-run of a record's own configuration gives). A cell whose configuration differs from its record's
-beyond ``compile`` (``bench/cells_ab.protocol_changes``), or whose run failed where the record did not or the other
-way round, is logged with ``changed`` and not used by ``bench/projection.py``, which otherwise takes a re-run's
-times in place of its record's.
+[compile=true]`` on one core (``taskset``; a cell whose record ran with ``workers=W`` on W cores, ``--core 0,1``).
+Then every record under ``<out>`` (or ``failed.json``: a run stopped on divergence, whose cost counts as well) is
+paired with the committed record (or failure) of the same cell (``results/runs/<experiment>/<label>/<data set>``)
+and one row per cell is appended to ``--log``: the recorded and the re-run's wall time and phases, whether the
+re-run was compiled, the commit, and the cell's metrics side by side (their difference in the re-run's standard
+errors; ``identical``: every summary metric the same to the last digit, as an eager re-run of a record's own
+configuration gives). A cell whose configuration differs from its record's beyond ``compile``
+(``bench/cells_ab.protocol_changes``), or whose run failed where the record did not or the other way round, is logged
+with ``changed`` and not used by ``bench/projection.py``, which otherwise takes a re-run's times in place of its
+record's.
 
     PYTHONPATH=. python bench/retime.py --sample 40 --seed 1 --frame-hours 0.5 --draw /tmp/draw.json --shard 0/2
         --core 0 --out /tmp/rs0 --compile     (and --shard 1/2 --core 1 --out /tmp/rs1, the same --draw)
@@ -61,10 +62,39 @@ def cell_command(cell: list[str], root: Path, compile_: bool, rng: str = "torch"
             *(["compile=true"] if compile_ else []), *([f"rng={rng}"] if rng != "torch" else [])]
 
 
-def run_cells(cells: list[list[str]], root: Path, compile_: bool, core: str | None, rng: str = "torch") -> int:
-    """The cells one after another on ``core``; the number that exited non-zero (each cell's log beside ``root``)."""
+def cores_in(spec: str) -> int:
+    """How many cores a ``taskset -c`` list names (``"1"``, ``"0,1"``, ``"0-3,6"``)."""
+    n = 0
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        n += int(b) - int(a) + 1 if b else 1
+    return n
+
+
+def recorded_workers(cell: list[str], runs: Path = RUNS) -> int:
+    """The most worker processes (``workers``) any committed record of ``cell`` ran its replicas in (1 without)."""
+    exp, data, labels = cell
+    names = [p.name for p in (runs / exp).iterdir() if p.is_dir()] if labels == "all" else labels.split(",")
+    most = 1
+    for name in names:
+        rec = runs / exp / name / data.replace("/", "__") / "record.json"
+        if rec.is_file():
+            most = max(most, int((json.loads(rec.read_text()).get("config") or {}).get("workers") or 1))
+    return most
+
+
+def run_cells(cells: list[list[str]], root: Path, compile_: bool, core: str | None, rng: str = "torch",
+              runs: Path = RUNS) -> int:
+    """The cells one after another on ``core``; the number that exited non-zero (each cell's log beside ``root``).
+    A cell whose record ran in W worker processes needs W cores: pinned to fewer, its processes would share them and
+    its wall time (counted W times in process-hours) would double; such a cell is refused before anything runs."""
     root.mkdir(parents=True, exist_ok=True)
     pin = ["taskset", "-c", core] if core is not None and shutil.which("taskset") else []
+    if pin:
+        short = [(" ".join(c), w) for c in cells if (w := recorded_workers(c, runs)) > cores_in(core)]
+        if short:
+            raise SystemExit(f"--core {core} pins {cores_in(core)} core(s), but these cells' records ran in more "
+                             f"worker processes: {short}; pin as many cores (--core 0,1) or none (--core none)")
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     failed = 0
     for i, cell in enumerate(cells):
@@ -194,7 +224,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rng", default="torch", choices=["torch", "philox"],
                     help="re-run with this rng (core/prng.py; default: torch's, as the records ran)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/bnnbench_retime"), help="the re-runs' runs root")
-    ap.add_argument("--core", default="1", help="the core the cells run on")
+    ap.add_argument("--core", default="1",
+                    help="the cores the cells run on (a taskset list: 1, 0,1; none: not pinned); a cell whose record "
+                         "ran with workers=W needs W of them")
     ap.add_argument("--log", default=str(LOG), help="append one row per compared cell here ('': nowhere)")
     ap.add_argument("--compare-only", action="store_true", help="compare what --out holds, run nothing")
     ap.add_argument("--sample", type=int, help="draw this many cells of the frame at random instead of --cells")
@@ -232,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = [c.split() for c in args.cells]
         if not cells or any(len(c) != 3 for c in cells):
             ap.error('each --cells item is "<experiment> <data set> <labels|all>"')
-        failed = run_cells(cells, args.out, args.compile, args.core, args.rng)
+        failed = run_cells(cells, args.out, args.compile, None if args.core == "none" else args.core, args.rng)
     rows = compare(args.out)
     print(show(rows))
     if rows and args.log:

@@ -120,3 +120,23 @@ def test_the_draws_frame_leaves_out_cells_re_run_in_the_committed_log_or_the_giv
     s = rt.draw(1, 0, 0.5, scratch)
     assert s["frame_cells"] == 1 and s["cells"][0]["label"] == "c"   # a, b re-run; d projected above 0.5 h
     assert rt.draw(2, 0, 0.5, None)["frame_cells"] == 2              # without --log: only the committed log's
+
+
+def test_a_cell_of_several_workers_is_not_pinned_to_fewer_cores(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    for label, workers in (("one", None), ("two", 2)):
+        d = runs / "exp" / label / "uci__naval"
+        d.mkdir(parents=True)
+        (d / "record.json").write_text(json.dumps({"config": {"workers": workers}}))
+    assert rt.recorded_workers(["exp", "uci/naval", "one"], runs) == 1
+    assert rt.recorded_workers(["exp", "uci/naval", "all"], runs) == 2
+    assert [rt.cores_in(s) for s in ("1", "0,1", "0-3,6")] == [1, 2, 5]
+    monkeypatch.setattr(rt.shutil, "which", lambda name: "/usr/bin/taskset")
+    ran = []
+    monkeypatch.setattr(rt.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or type("P", (), {"returncode": 0}))
+    with pytest.raises(SystemExit, match="exp uci/naval two"):
+        rt.run_cells([["exp", "uci/naval", "one"], ["exp", "uci/naval", "two"]], tmp_path / "re", False, "1",
+                     runs=runs)
+    assert ran == []
+    assert rt.run_cells([["exp", "uci/naval", "two"]], tmp_path / "re", False, "0,1", runs=runs) == 0
+    assert ran[0][:3] == ["taskset", "-c", "0,1"]
