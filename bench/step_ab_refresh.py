@@ -1,0 +1,104 @@
+"""Re-measure, with this code, every step row that ``bench/projection.py`` takes (issue 31, section 5).
+
+The projection divides each record's phases by the speed-up ``bench/step_ab.py`` measured for the record's method,
+protocol and data set (the latest row of each, at the R nearest the phase's). A row measured before a later speed-up
+of the compiled step (a C kernel for the draws, the forward pass or the eigensolver) keeps that older, smaller ratio,
+so the projection overstates what a re-run costs now. This script finds the rows the projection reads (compiled new
+code against the eager old, torch's draws, without ``BNNBENCH_MKL_ANY_VENDOR``), keeps the latest of each case, and
+re-runs ``bench/step_ab.py`` for those measured before ``--before`` (default: all), one invocation per protocol, data
+set and set of replica counts, with the methods of that group, appending the new rows to the same file:
+
+    PYTHONPATH=. python bench/step_ab_refresh.py [--before "2026-12-04 19:26"] [--shard 0/2 --core 0] [--dry-run]
+
+Rows whose base is not ``--base`` (e.g. ``HEAD``: the boards' later methods, timed against the eager code of their
+day) are left alone: against today's eager step their ratio would say what compiling saves now, not against the code
+that made their records. Two shards on two cores (``--shard 0/2 --core 0`` and ``--shard 1/2 --core 1``) split the
+groups by their number of cases; each ``step_ab`` run interleaves the old and the new code on its own core, so the
+ratios hold under the load of the other shard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ROWS = REPO / "results" / "speed" / "step_ab.jsonl"
+
+
+def stale_groups(path: Path, before: str | None, base: str) -> list[dict]:
+    """The latest row of each (method, protocol, data, R) that the projection reads, measured against ``base``
+    before ``before``, grouped by (protocol, data, replica counts): ``{"protocol", "data", "replicas", "methods",
+    "rounds"}``, in the file's order of first appearance."""
+    latest: dict[tuple, dict] = {}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        if (not r.get("compiled") or r.get("base_compiled") or r.get("mkl_any_vendor")
+                or (r.get("rng") or "torch") != "torch"):
+            continue
+        latest[(r["method"], r["protocol"], r["data"], int(r["R"]))] = r
+    by_case: dict[tuple, list] = defaultdict(list)
+    for (method, protocol, data, R), r in latest.items():
+        if r["base"] == base and (before is None or r["when"] < before):
+            by_case[(method, protocol, data)].append((R, int(r.get("rounds") or 5)))
+    groups: dict[tuple, dict] = {}
+    for (method, protocol, data), rs in by_case.items():
+        replicas = ",".join(str(R) for R in sorted({R for R, _ in rs}, reverse=True))
+        g = groups.setdefault((protocol, data, replicas), {"protocol": protocol, "data": data, "replicas": replicas,
+                                                           "methods": [], "rounds": 0})
+        g["methods"].append(method)
+        g["rounds"] = max(g["rounds"], *(n for _, n in rs))
+    return list(groups.values())
+
+
+def shard(groups: list[dict], i: int, k: int) -> list[dict]:
+    """Part ``i`` of ``k`` of the groups, balanced by their number of cases (methods x replica counts), greedily,
+    the largest first."""
+    load = [0] * k
+    parts: list[list[dict]] = [[] for _ in range(k)]
+    for g in sorted(groups, key=lambda g: -len(g["methods"]) * len(g["replicas"].split(","))):
+        j = load.index(min(load))
+        parts[j].append(g)
+        load[j] += len(g["methods"]) * len(g["replicas"].split(","))
+    return parts[i]
+
+
+def command(g: dict, base: str, json_path: Path, core: str | None) -> list[str]:
+    pin = ["taskset", "-c", core] if core is not None and shutil.which("taskset") else []
+    return [*pin, sys.executable, str(REPO / "bench" / "step_ab.py"), "--base", base,
+            "--methods", ",".join(g["methods"]), "--protocol", g["protocol"], "--data", g["data"],
+            "--replicas", g["replicas"], "--rounds", str(g["rounds"]), "--json", str(json_path)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, default=ROWS, help="the rows read and appended to")
+    ap.add_argument("--before", help='only cases whose latest row was measured before this time ("YYYY-MM-DD HH:MM")')
+    ap.add_argument("--base", default="5c21305", help="the old code of the rows re-measured")
+    ap.add_argument("--shard", default="0/1", help="i/k: run part i of k of the groups")
+    ap.add_argument("--core", help="the core each step_ab run is pinned to (taskset)")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = ap.parse_args(argv)
+    i, k = (int(x) for x in args.shard.split("/"))
+    if not 0 <= i < k:
+        ap.error(f"--shard {args.shard}: i must lie in 0..k-1")
+    groups = shard(stale_groups(args.json, args.before, args.base), i, k)
+    failed = 0
+    for g in groups:
+        cmd = command(g, args.base, args.json, args.core)
+        print(" ".join(cmd[cmd.index(sys.executable):] if sys.executable in cmd else cmd), flush=True)
+        if not args.dry_run:
+            failed += subprocess.run(cmd, cwd=REPO).returncode != 0
+    print(f"{len(groups)} step_ab runs{'' if args.dry_run else f', {failed} failed'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
