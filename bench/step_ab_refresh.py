@@ -20,41 +20,34 @@ ratios hold under the load of the other shard.
 from __future__ import annotations
 
 import argparse
-import json
+import shlex
 import shutil
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
+
+from projection import read_ratios   # bench/ is the script's folder, so it heads sys.path
 
 REPO = Path(__file__).resolve().parent.parent
 ROWS = REPO / "results" / "speed" / "step_ab.jsonl"
 
 
 def stale_groups(path: Path, before: str | None, base: str) -> list[dict]:
-    """The latest row of each (method, protocol, data, R) that the projection reads, measured against ``base``
-    before ``before``, grouped by (protocol, data, replica counts): ``{"protocol", "data", "replicas", "methods",
-    "rounds"}``, in the file's order of first appearance."""
-    latest: dict[tuple, dict] = {}
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        r = json.loads(line)
-        if (not r.get("compiled") or r.get("base_compiled") or r.get("mkl_any_vendor")
-                or (r.get("rng") or "torch") != "torch"):
-            continue
-        latest[(r["method"], r["protocol"], r["data"], int(r["R"]))] = r
-    by_case: dict[tuple, list] = defaultdict(list)
-    for (method, protocol, data, R), r in latest.items():
-        if r["base"] == base and (before is None or r["when"] < before):
-            by_case[(method, protocol, data)].append((R, int(r.get("rounds") or 5)))
+    """The latest row of each (method, protocol, data, R) that the projection reads (``projection.read_ratios``),
+    measured against ``base`` before ``before``, grouped by (protocol, data, replica counts): ``{"protocol", "data",
+    "replicas", "methods", "rounds"}``, in the file's order of first appearance."""
+    rows = read_ratios(path)
+    if rows.empty:
+        return []
+    latest = rows.sort_values("when", kind="stable").drop_duplicates(["method", "protocol", "data", "R"], keep="last")
+    latest = latest[latest["base"].eq(base) & (latest["when"] < before if before else True)].sort_index()
     groups: dict[tuple, dict] = {}
-    for (method, protocol, data), rs in by_case.items():
-        replicas = ",".join(str(R) for R in sorted({R for R, _ in rs}, reverse=True))
+    for (method, protocol, data), case in latest.groupby(["method", "protocol", "data"], sort=False):
+        replicas = ",".join(str(int(R)) for R in sorted(set(case["R"]), reverse=True))
         g = groups.setdefault((protocol, data, replicas), {"protocol": protocol, "data": data, "replicas": replicas,
                                                            "methods": [], "rounds": 0})
         g["methods"].append(method)
-        g["rounds"] = max(g["rounds"], *(n for _, n in rs))
+        g["rounds"] = max(g["rounds"], int(case["rounds"].fillna(5).max()))
     return list(groups.values())
 
 
@@ -93,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for g in groups:
         cmd = command(g, args.base, args.json, args.core)
-        print(" ".join(cmd[cmd.index(sys.executable):] if sys.executable in cmd else cmd), flush=True)
+        print(shlex.join(cmd), flush=True)
         if not args.dry_run:
             failed += subprocess.run(cmd, cwd=REPO).returncode != 0
     print(f"{len(groups)} step_ab runs{'' if args.dry_run else f', {failed} failed'}")

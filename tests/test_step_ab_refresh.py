@@ -5,12 +5,16 @@ import json
 
 from datapaths import bench_module
 
+bench_module("step_ab")
+bench_module("suite_cost")
+bench_module("projection")
 rf = bench_module("step_ab_refresh")
 
 
 def _row(method, protocol, data, R, when, base="5c21305", **extra):
     return {"method": method, "protocol": protocol, "data": data, "R": R, "base": base, "base_compiled": False,
-            "compiled": True, "rounds": 5, "when": when, "mkl_any_vendor": False, "rng": "torch", **extra}
+            "compiled": True, "rounds": 5, "when": when, "mkl_any_vendor": False, "rng": "torch", "old_ms": 2.0,
+            "new_ms": 1.0, **extra}
 
 
 def test_the_latest_projected_row_of_each_case_is_grouped(tmp_path):
