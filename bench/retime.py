@@ -49,6 +49,7 @@ from step_ab import REPO
 from suite_cost import outcome
 
 from bnnbench.run.numerics import record_class
+from bnnbench.run.results import load_record, run_dir
 
 RUNS = REPO / "results" / "runs"
 LOG = REPO / "results" / "speed" / "retime.jsonl"
@@ -75,12 +76,8 @@ def recorded_workers(cell: list[str], runs: Path = RUNS) -> int:
     """The most worker processes (``workers``) any committed record of ``cell`` ran its replicas in (1 without)."""
     exp, data, labels = cell
     names = [p.name for p in (runs / exp).iterdir() if p.is_dir()] if labels == "all" else labels.split(",")
-    most = 1
-    for name in names:
-        rec = runs / exp / name / data.replace("/", "__") / "record.json"
-        if rec.is_file():
-            most = max(most, int((json.loads(rec.read_text()).get("config") or {}).get("workers") or 1))
-    return most
+    recs = [load_record(run_dir(runs, exp, name, data)) for name in names]
+    return max([int((r.get("config") or {}).get("workers") or 1) for r in recs if r is not None], default=1)
 
 
 def run_cells(cells: list[list[str]], root: Path, compile_: bool, core: str | None, rng: str = "torch",
@@ -132,14 +129,14 @@ def cost_s(wall: float, hpo: float, train: float) -> float:
     return max(wall, hpo + train)
 
 
-def shard(cells: list[dict], i: int, k: int) -> list[dict]:
-    """Shard ``i`` of ``k`` of the drawn cells, balanced by their projected cost: each cell, the costliest first, goes
-    to the shard with the least so far (the same split in every shard's process)."""
+def shard(cells: list[dict], i: int, k: int, cost=lambda c: c["proj_s"]) -> list[dict]:
+    """Shard ``i`` of ``k`` of the drawn cells, balanced by their ``cost`` (default: the projected one): each cell,
+    the costliest first, goes to the shard with the least so far (the same split in every shard's process)."""
     load, parts = [0.0] * k, [[] for _ in range(k)]
-    for c in sorted(cells, key=lambda c: -c["proj_s"]):
+    for c in sorted(cells, key=lambda c: -cost(c)):
         j = load.index(min(load))
         parts[j].append(c)
-        load[j] += c["proj_s"]
+        load[j] += cost(c)
     return parts[i]
 
 

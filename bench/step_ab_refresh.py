@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from projection import read_ratios   # bench/ is the script's folder, so it heads sys.path
+from retime import shard
 
 REPO = Path(__file__).resolve().parent.parent
 ROWS = REPO / "results" / "speed" / "step_ab.jsonl"
@@ -51,16 +52,9 @@ def stale_groups(path: Path, before: str | None, base: str) -> list[dict]:
     return list(groups.values())
 
 
-def shard(groups: list[dict], i: int, k: int) -> list[dict]:
-    """Part ``i`` of ``k`` of the groups, balanced by their number of cases (methods x replica counts), greedily,
-    the largest first."""
-    load = [0] * k
-    parts: list[list[dict]] = [[] for _ in range(k)]
-    for g in sorted(groups, key=lambda g: -len(g["methods"]) * len(g["replicas"].split(","))):
-        j = load.index(min(load))
-        parts[j].append(g)
-        load[j] += len(g["methods"]) * len(g["replicas"].split(","))
-    return parts[i]
+def cases(g: dict) -> int:
+    """A group's number of cases (methods x replica counts): what ``shard`` balances."""
+    return len(g["methods"]) * len(g["replicas"].split(","))
 
 
 def command(g: dict, base: str, json_path: Path, core: str | None) -> list[str]:
@@ -82,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     i, k = (int(x) for x in args.shard.split("/"))
     if not 0 <= i < k:
         ap.error(f"--shard {args.shard}: i must lie in 0..k-1")
-    groups = shard(stale_groups(args.json, args.before, args.base), i, k)
+    groups = shard(stale_groups(args.json, args.before, args.base), i, k, cases)
     failed = 0
     for g in groups:
         cmd = command(g, args.base, args.json, args.core)

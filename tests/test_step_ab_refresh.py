@@ -8,6 +8,8 @@ from datapaths import bench_module
 bench_module("step_ab")
 bench_module("suite_cost")
 bench_module("projection")
+bench_module("cells_ab")
+bench_module("retime")
 rf = bench_module("step_ab_refresh")
 
 
@@ -45,6 +47,6 @@ def test_the_latest_projected_row_of_each_case_is_grouped(tmp_path):
 
 def test_shards_cover_every_group_once_balanced_by_cases():
     groups = [{"methods": ["m"] * n, "replicas": "100,20", "id": i} for i, n in enumerate([7, 1, 3, 3, 1])]
-    parts = [rf.shard(groups, i, 2) for i in range(2)]
+    parts = [rf.shard(groups, i, 2, rf.cases) for i in range(2)]
     assert sorted(g["id"] for p in parts for g in p) == [0, 1, 2, 3, 4]
     assert sorted(sum(len(g["methods"]) for g in p) for p in parts) == [7, 8]
