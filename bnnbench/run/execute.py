@@ -30,7 +30,7 @@ from bnnbench.run.fit import FitOptions, build_method, data_dtype, predictive, r
 from bnnbench.methods import method_class
 from bnnbench.core.metrics import STDERR_CONVENTION, summarise
 from bnnbench.run.protocol import resolve
-from bnnbench.run.replica_workers import fit_replicas
+from bnnbench.run.replica_workers import fit_replicas, run_pool
 from bnnbench.run.selection import recorded_hparams, select_hparams
 from bnnbench.run.splits import run_splits
 from bnnbench.run.stages import fit_stages
@@ -128,7 +128,7 @@ def execute(cfg: DictConfig, overrides: list[str], run_dir: Path, log=_log) -> d
     (``results.claimed``) until the record is written. A finished record of the same configuration is reused
     (``skip_done``); one of another configuration is never replaced silently."""
     validate(cfg)
-    with results.claimed(run_dir):
+    with results.claimed(run_dir), run_pool():   # workers > 1: one set of worker processes for the whole run
         return _execute(cfg, overrides, Path(run_dir), log)
 
 

@@ -7,10 +7,16 @@ two processes of 10 replicas each take half the time (noisy K-FAC on Boston: 4.6
 2.4 ms for 10, also with two such processes side by side). Each chunk draws its own random stream, seeded from
 the run's generator, so ``workers`` is part of a run's configuration: the same command gives the same numbers;
 another ``workers`` gives different, equally valid ones. CPU only.
+
+Within a run (``run_pool``: ``execute`` holds one for a run's selection and final training) the worker processes
+persist from one fit to the next, so a Bayesian optimisation's rounds do not each start W fresh interpreters, import
+torch and load the compiled step again (about 10 s a round for SLANG on naval); each fit still seeds its chunks afresh,
+so the numbers are those of workers spawned for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -60,6 +66,43 @@ def part_path(checkpoint: Path | None, c: int, w: int) -> Path | None:
     return None if checkpoint is None else Path(checkpoint).with_name(f"{Path(checkpoint).stem}-part{c}of{w}.pt")
 
 
+_RUN_POOL: dict = {"open": False, "pool": None, "size": 0}
+
+
+@contextlib.contextmanager
+def run_pool():
+    """Keep ``fit_in_workers``' processes for the block (one run), shut down when it ends; outside such a block
+    (or nested in one) each ``fit_in_workers`` call spawns its own."""
+    if _RUN_POOL["open"]:
+        yield
+        return
+    _RUN_POOL.update(open=True, pool=None, size=0)
+    try:
+        yield
+    finally:
+        pool = _RUN_POOL["pool"]
+        _RUN_POOL.update(open=False, pool=None, size=0)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def _pool(size: int):
+    """The run's pool of ``size`` spawned processes (started at its first use, restarted where a fit needs another
+    size or a worker died), or, outside ``run_pool``, a pool for this call alone."""
+    if not _RUN_POOL["open"]:
+        with ProcessPoolExecutor(max_workers=size, mp_context=mp.get_context("spawn")) as pool:
+            yield pool
+        return
+    pool = _RUN_POOL["pool"]
+    if pool is None or _RUN_POOL["size"] != size or getattr(pool, "_broken", False):
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        pool = ProcessPoolExecutor(max_workers=size, mp_context=mp.get_context("spawn"))
+        _RUN_POOL.update(pool=pool, size=size)
+    yield pool
+
+
 def fit_replicas(spec, ds, pairs, data_index, hparams, generator, opts: FitOptions, *, workers: int | None = None,
                  init_state=None) -> TrainResult:
     """``fit.fit`` of the replicas ``data_index``, in this process or, with ``workers > 1``, as that many chunks in
@@ -83,7 +126,8 @@ def _fit_chunk(args):
 
 def fit_in_workers(spec, ds, pairs, data_index, hparams, generator, opts: FitOptions, *, workers: int,
                    init_state=None) -> TrainResult:
-    """``fit.fit`` of the replicas ``data_index`` as ``chunks`` run in ``workers`` spawned processes. Chunk c is seeded
+    """``fit.fit`` of the replicas ``data_index`` as ``chunks`` run in ``workers`` processes (the run's, ``run_pool``,
+    else spawned for this call). Chunk c is seeded
     with the c-th of the integers drawn from ``generator``; its checkpoint is ``<checkpoint>-part<c>of<W>.pt``, removed
     once all chunks have finished. The joined result carries the method (for posterior metrics)."""
     if torch.device(opts.device).type != "cpu":
@@ -103,7 +147,7 @@ def fit_in_workers(spec, ds, pairs, data_index, hparams, generator, opts: FitOpt
                      hparams[idx.start:idx.stop], seeds[c], threads, chunk_opts,
                      None if init_state is None else split_state(init_state, idx, R)))
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=len(parts), mp_context=mp.get_context("spawn")) as pool:
+    with _pool(len(parts)) as pool:
         res = list(pool.map(_fit_chunk, jobs))
     wall = time.perf_counter() - t0
     for c in range(len(parts)):

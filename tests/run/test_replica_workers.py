@@ -16,7 +16,8 @@ from bnnbench.methods.point.map import MAPState
 from bnnbench.run.replica_workers import chunks, join_states, split_state
 from bnnbench.run.execute import execute
 from bnnbench.run.fit import FitOptions, fit
-from bnnbench.run.replica_workers import fit_replicas
+from bnnbench.run import replica_workers
+from bnnbench.run.replica_workers import fit_replicas, run_pool
 from bnnbench.run.splits import select_splits
 
 from datapaths import MIRROR
@@ -81,6 +82,36 @@ def test_each_chunk_trains_as_it_would_alone_with_its_seed():
     first = [a.history.metrics[0]["rmse"] for a in alone]
     assert joined.history.metrics[0]["rmse"] == first[0] + first[1]
     assert joined.method is not None and joined.steps == alone[0].steps
+
+
+@needs_data
+def test_a_run_keeps_its_worker_processes_and_their_numbers():
+    # a selection's rounds in one run: the same processes for every fit and the numbers of workers spawned per fit,
+    # also after a fit whose replicas diverged in a worker
+    def spec_of(*extra):
+        ov = ["method=bbb", "data=uci/yacht", *TINY, *extra]
+        return resolve(compose(ov), CommandLine.parse(ov), meta=ds.meta)
+
+    ds = load_dataset("uci/yacht")
+    spec, diverging = spec_of(), spec_of("method.lr=1e30")
+    pairs = [(s.train, s.test) for s in select_splits(ds, [0, 1, 2], spec.split_scheme)]
+    hps = [dict(spec.fixed, prior_prec=p) for p in (0.5, 1.0, 2.0)]
+    opts = FitOptions(device=torch.device("cpu"), dtype=torch.float32, eval_every=1, stop_on_divergence=True)
+
+    def fit_at(seed, spec=spec):
+        return fit_replicas(spec, ds, pairs, [0, 1, 2], hps, torch.Generator().manual_seed(seed), opts, workers=2)
+
+    fresh = [fit_at(7), fit_at(8)]
+    with run_pool():
+        kept, pids = [fit_at(7)], [set(replica_workers._RUN_POOL["pool"]._processes)]
+        with pytest.raises(DivergenceError):
+            fit_at(7, diverging)
+        kept.append(fit_at(8))
+        pids.append(set(replica_workers._RUN_POOL["pool"]._processes))
+    assert replica_workers._RUN_POOL["pool"] is None and len(pids[0]) == 2 and pids[0] == pids[1]
+    for a, b in zip(fresh, kept):
+        assert all(torch.equal(a.final[k], b.final[k]) for k in a.final)
+        assert all(torch.equal(v, b.state.tensors()[k]) for k, v in a.state.tensors().items())
 
 
 @needs_data

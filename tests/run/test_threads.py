@@ -99,6 +99,9 @@ class _InProcess:
     def map(self, fn, *its):
         return list(map(fn, *its))
 
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass
+
 
 def test_workers_train_with_one_thread_each_on_a_small_network(tmp_path, monkeypatch, trained_with):
     monkeypatch.setattr(replica_workers, "ProcessPoolExecutor", _InProcess)
