@@ -148,8 +148,9 @@ def _method_settings(cfg: DictConfig, proto, size, ds, given: CommandLine) -> di
 
 
 def _protocol_values(proto, size, ds, given: CommandLine, mname: str) -> tuple[dict, int | None]:
-    """``PROTOCOL_KEYS``' values (the protocol's, then its size's and data set's, the command line's kept) and the
-    step budget of this method (``steps``: per method or ``default``), checked."""
+    """``PROTOCOL_KEYS``' values (the protocol's, then its size's and data set's, the command line's kept), each
+    either one value or one per method, ``{default: v, <method>: v}`` (App. G's ``steps``; a size's ``batch_size``),
+    and the step budget of this method (``steps``), checked."""
     explicit = given.sets("protocol")
     vals = {}
     for k in PROTOCOL_KEYS:
@@ -158,10 +159,8 @@ def _protocol_values(proto, size, ds, given: CommandLine, mname: str) -> tuple[d
             for layer in (size, ds):
                 if layer and layer.get(k) is not None:
                     v = layer.get(k)
-        vals[k] = v
+        vals[k] = v.get(mname, v.get("default")) if isinstance(v, DictConfig) else v   # {default: v, <method>: v}
     steps = vals.pop("steps")
-    if isinstance(steps, DictConfig):
-        steps = steps.get(mname, steps.get("default"))
     if steps is not None:
         if int(steps) <= 0:
             raise ConfigError(f"protocol.steps must be a positive integer, got {steps!r}")

@@ -127,9 +127,9 @@ def _fit_chunk(args):
 def fit_in_workers(spec, ds, pairs, data_index, hparams, generator, opts: FitOptions, *, workers: int,
                    init_state=None) -> TrainResult:
     """``fit.fit`` of the replicas ``data_index`` as ``chunks`` run in ``workers`` processes (the run's, ``run_pool``,
-    else spawned for this call). Chunk c is seeded
-    with the c-th of the integers drawn from ``generator``; its checkpoint is ``<checkpoint>-part<c>of<W>.pt``, removed
-    once all chunks have finished. The joined result carries the method (for posterior metrics)."""
+    else spawned for this call). Chunk c is seeded with the c-th of the integers drawn from ``generator``; its
+    checkpoint is ``<checkpoint>-part<c>of<W>.pt``, removed once all chunks have finished. The joined result carries
+    the method (for posterior metrics)."""
     if torch.device(opts.device).type != "cpu":
         raise ValueError("workers > 1 splits the replica axis over CPU processes; on a GPU use workers=null")
     R = len(data_index)

@@ -59,7 +59,9 @@ class ProtocolSchema(ProtocolSettings):
     hpo: Any = None                         # the search's settings under this protocol (default_kind, n_random, ...)
     method: Any = None                      # settings of every method under this protocol
     methods: Any = None                     # {<method>: settings of that method}
-    sizes: Any = None                       # {small|large: settings}, chosen by a data set's ``size``
+    sizes: Any = None                       # {small|large: settings}, chosen by a data set's ``size``; a value of
+                                            # epochs, batch_size, ... there or in datasets may be {default: v,
+                                            # <method>: v} per method
     datasets: Any = None                    # {<data set key>: size, space, fixed, length_scales, method(s) ...}
     method_space: Any = None                # {<method>: {<hyper-parameter>: range | null}}: a method's own axes in
                                             # place of (null: without) the data set's (one budget, own parameters)
