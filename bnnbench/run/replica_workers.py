@@ -91,16 +91,20 @@ def _pool(size: int):
     """The run's pool of ``size`` spawned processes (started at its first use, restarted where a fit needs another
     size or a worker died), or, outside ``run_pool``, a pool for this call alone."""
     if not _RUN_POOL["open"]:
-        with ProcessPoolExecutor(max_workers=size, mp_context=mp.get_context("spawn")) as pool:
+        with _spawn(size) as pool:
             yield pool
         return
     pool = _RUN_POOL["pool"]
     if pool is None or _RUN_POOL["size"] != size or getattr(pool, "_broken", False):
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-        pool = ProcessPoolExecutor(max_workers=size, mp_context=mp.get_context("spawn"))
+        pool = _spawn(size)
         _RUN_POOL.update(pool=pool, size=size)
     yield pool
+
+
+def _spawn(size: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=size, mp_context=mp.get_context("spawn"))
 
 
 def fit_replicas(spec, ds, pairs, data_index, hparams, generator, opts: FitOptions, *, workers: int | None = None,
