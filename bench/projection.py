@@ -74,7 +74,8 @@ def read_ratios(path: Path, mkl_any_vendor: bool = False, rng: str = "torch") ->
     df = pd.DataFrame(rows)
     if df.empty:
         return df
-    df = _modes(df[df["compiled"] & ~df["base_compiled"]], mkl_any_vendor, rng).copy()
+    plain = df["overrides"].isna() if "overrides" in df else pd.Series(True, df.index)   # step_ab --set: not a cell's
+    df = _modes(df[df["compiled"] & ~df["base_compiled"] & plain], mkl_any_vendor, rng).copy()
     df["ratio"] = df["old_ms"] / df["new_ms"]
     return df.sort_values(["mode", "when"])
 

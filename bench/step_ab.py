@@ -31,6 +31,10 @@ then what compiling saves against today's eager step, not against the code that 
 ``--rng philox`` runs the new code's steps with ``rng=philox`` (``core/prng.py``: counter-based draws; its rows carry
 ``"rng": "philox"``; ``bench/projection.py --rng philox`` uses them).
 
+``--set KEY=VALUE`` overrides a setting of every case on both sides (SLANG's large sets at the authors' code's
+minibatch of 10: ``--set protocol.sizes.large.batch_size=10``); the rows carry it, and ``bench/projection.py``, which
+times cells by their own configuration, leaves them out.
+
 ``--data`` runs every case on another data set at its protocol's settings for it (SLANG's selection on kin8nm, power
 and naval: minibatch 100, 2 samples and the authors' Nystrom eigensolver), ``--protocol`` under another protocol (BBB
 as Vadam Table 1 or NNG Table 1 select it).
@@ -143,11 +147,12 @@ class Timed:
 class Stepper(Timed):
     """One case of one code: its method, state, minibatches and update (eager or compiled)."""
 
-    def __init__(self, name, proto, R, compiled: bool, data: str = "uci/boston"):
+    def __init__(self, name, proto, R, compiled: bool, data: str = "uci/boston", overrides=()):
         import torch
         load_dataset, CommandLine, compose, epoch_batches, make_batch, FitOptions, program, resolve = _api()
         ds = load_dataset(data)
         ov = [f"method={name}", f"data={data}", f"protocol={proto}"] + (["hpo=grid"] if proto in GRID_PROTOCOLS else [])
+        ov += list(overrides)
         spec = resolve(compose(ov), CommandLine.parse(ov), meta=ds.meta)
         pairs = cv_pairs(ds, R)
         hp = [dict(spec.fixed)] * R
@@ -201,7 +206,7 @@ def child(args):
         prng._MODE.set(args.rng)
     steppers = []
     for name, proto, R, compiled in keys:
-        s = Stepper(name, proto, R, compiled, args.data)
+        s = Stepper(name, proto, R, compiled, args.data, json.loads(args.set[0]) if args.set else [])
         steppers.append(s)
         print(json.dumps({"built": len(steppers) - 1, "compiled": s.compiled, "compile_s": s.compile_s,
                           "ms": s.time_ms(2), "mkl_any_vendor": _mkl_any_vendor()}), flush=True)
@@ -234,10 +239,11 @@ def worktree(base: str) -> Path:
 
 
 class Child:
-    def __init__(self, tree: Path, keys, data: str, extra_env: dict | None = None, rng: str = "torch"):
+    def __init__(self, tree: Path, keys, data: str, extra_env: dict | None = None, rng: str = "torch",
+                 overrides=()):
         env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **(extra_env or {}))
         self.p = subprocess.Popen([sys.executable, __file__, "--child", "--cases", json.dumps(keys), "--data", data,
-                                   "--rng", rng],
+                                   "--rng", rng, "--set", json.dumps(list(overrides))],
                                   env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(tree))
         self.built = [json.loads(self.p.stdout.readline()) for _ in keys]
 
@@ -271,6 +277,10 @@ def main():
     ap.add_argument("--new-env", action="append", default=[], metavar="KEY=VALUE",
                     help="an environment variable of the new code's processes only, e.g. BNNBENCH_MKL_ANY_VENDOR=1 "
                          "(MKL's kernels by instruction set: core/linalg/mkl_vendor); repeatable")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a configuration override of every case on both sides, as a run's command line takes it, "
+                         "e.g. protocol.sizes.large.batch_size=10; repeatable (its rows carry them: "
+                         "bench/projection.py leaves such rows out)")
     ap.add_argument("--rng", default="torch", choices=["torch", "philox"],
                     help="the new code's draws (core/prng.py; the old code's are torch's)")
     ap.add_argument("--base-compiled", action="store_true",
@@ -279,16 +289,19 @@ def main():
     args = ap.parse_args()
     if args.child:
         return child(args)
+    overrides = args.set
     chosen = set(args.methods.split(",")) if args.methods else None
     pool = CASES + [c for c in EXTRA_CASES if chosen is not None and c[1] in chosen]
     cases = [(label, name, args.protocol or proto, int(R)) for label, name, proto in pool
              if chosen is None or name in chosen for R in args.replicas.split(",")]
     base_tree = worktree(args.base)
     new_env = dict(kv.split("=", 1) for kv in args.new_env)
-    sides = {"old": Child(base_tree, [(n, p, R, args.base_compiled) for _, n, p, R in cases], args.data),
-             "new": Child(REPO, [(n, p, R, True) for _, n, p, R in cases], args.data, new_env, args.rng)}
+    sides = {"old": Child(base_tree, [(n, p, R, args.base_compiled) for _, n, p, R in cases], args.data,
+                          overrides=overrides),
+             "new": Child(REPO, [(n, p, R, True) for _, n, p, R in cases], args.data, new_env, args.rng, overrides)}
     if args.eager:
-        sides["new eager"] = Child(REPO, [(n, p, R, False) for _, n, p, R in cases], args.data, new_env, args.rng)
+        sides["new eager"] = Child(REPO, [(n, p, R, False) for _, n, p, R in cases], args.data, new_env, args.rng,
+                                   overrides)
     inner = [max(2, int(args.target_ms / max(0.05, sides["old"].built[i]["ms"]))) for i in range(len(cases))]
     times = {k: [[] for _ in cases] for k in [*sides, "draws"]}
     for _ in range(args.rounds):
@@ -303,6 +316,7 @@ def main():
           f"({base_tree}{', compile=true' if args.base_compiled else ''}), new = this tree "
           f"({'compile=true' + (', and eager' if args.eager else '')}"
           f"{''.join(f', {kv}' for kv in args.new_env)}{'' if args.rng == 'torch' else ', rng=' + args.rng}"
+          f"{''.join(f'; {kv}' for kv in overrides)}"
           f"); MKL by instruction set alone: old "
           f"{sides['old'].built[0]['mkl_any_vendor']}, new {sides['new'].built[0]['mkl_any_vendor']}")
     hdr = f"{'method':<12s} {'protocol':<10s} {'R':>4s} {'old ms':>8s} {'new ms':>8s} {'old/new':>8s}"
@@ -326,6 +340,8 @@ def main():
                    "compiled": b["compiled"], "compile_s": b["compile_s"], "rounds": args.rounds,
                    "when": time.strftime("%Y-%m-%d %H:%M"), "commit": _head(),
                    "mkl_any_vendor": bool(b.get("mkl_any_vendor", False)), "rng": args.rng}
+            if overrides:
+                row["overrides"] = overrides
             if args.eager:
                 row["eager_ms"] = med["new eager"][i]
             with open(args.json, "a") as f:

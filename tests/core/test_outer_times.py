@@ -101,9 +101,10 @@ def _dense_range(A, probes, n_iter):
 
 
 # (sizes, R, S, M, L, n_iter): SLANG Table 2's large sets' net (shared first layer, whole and partial blocks of 16
-# rows), a rank above 1, one sample, a deeper net, and n_iter = 1 (no power step: Q is the probes themselves)
+# rows), a rank above 1, one sample, a deeper net, n_iter = 1 (no power step: Q is the probes themselves), and k = 9
+# probes (above add_low_rank's flat blocks: U^T Y by partial sums)
 NYSTROM_CASES = [([16, 50, 1], 3, 2, 40, 1, 4), ([8, 50, 1], 2, 2, 10, 2, 4), ([4, 6, 3], 2, 1, 16, 1, 3),
-                 ([5, 20, 7, 2], 2, 3, 37, 3, 4), ([9, 4, 1], 2, 2, 5, 1, 1)]
+                 ([5, 20, 7, 2], 2, 3, 37, 3, 4), ([9, 4, 1], 2, 2, 5, 1, 1), ([4, 6, 3], 2, 2, 10, 7, 3)]
 
 
 @needs_kernel

@@ -36,9 +36,9 @@ static inline float hsum(vf v) {   /* a tree of shuffles */
 }
 
 /* z^T [dout, Bp] = W^T a^T + b (relu where asked), a^T [di, Bp], W [di, dout] row-major: blocks of 4 units x 2 vectors
-   of examples (1 unit x 4 vectors where dout < 4) in registers, a block at the edge repeating its last unit or vector
-   (computed and stored twice, the same values), so that every block runs the same code and stores straight from its
-   registers. */
+   of examples (1 unit x 4 vectors where dout < 4, 8 units x 1 vector where Bp is one vector) in registers, a block at
+   the edge repeating its last unit or vector (computed and stored twice, the same values), so that every block runs the
+   same code and stores straight from its registers. */
 static void layer_fwd(const float *restrict aT, long di, long Bp, const float *restrict W, const float *restrict b,
                       long dout, float *restrict zT, int relu) {
     long nv = Bp / V;
@@ -55,6 +55,21 @@ static void layer_fwd(const float *restrict aT, long di, long Bp, const float *r
                 vf *z = (vf *)(zT + o * Bp) + v0;
                 z[u3] = act(c3, relu), z[u2] = act(c2, relu), z[u1] = act(c1, relu), z[0] = act(c0, relu);
             }
+        return;
+    }
+    if (nv == 1) {   /* one vector of examples: blocks of 8 units (a 4 x 2 block would compute each vector twice) */
+        for (long o0 = 0; o0 < dout; o0 += 8) {
+            long no = dout - o0 < 8 ? dout - o0 : 8, q[8];
+            for (long u = 0; u < 8; u++) q[u] = u < no ? u : no - 1;
+            vf c[8];
+            for (long u = 0; u < 8; u++) c[u] = splat(b[o0 + q[u]]);
+            for (long j = 0; j < di; j++) {
+                vf x = *(const vf *)(aT + j * Bp);
+                const float *wj = W + j * dout + o0;
+                for (long u = 0; u < 8; u++) c[u] += splat(wj[q[u]]) * x;
+            }
+            for (long u = 7; u >= 0; u--) *(vf *)(zT + (o0 + q[u]) * Bp) = act(c[u], relu);
+        }
         return;
     }
     for (long o0 = 0; o0 < dout; o0 += 4) {

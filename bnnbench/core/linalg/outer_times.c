@@ -11,9 +11,10 @@
    products take one replica at a time, in a scratch buffer that stays in the core's cache: X by blocked.h's layer_fwd,
    a H by its layer_grads where o k is under a vector's 16 columns, else by rows_times on H transposed; the shared layer
    at k = 3, S = 2 (SLANG L = 1's Nystrom products) by shared_t3 and shared_gw3, which keep X and H in registers
-   (neither is stored, nothing is transposed). outer_nystrom packs and multiplies one replica at a time for the whole
-   of SLANG's Nystrom subspace iteration (its operands stay in the core's cache for the five products),
-   orthonormalising by Householder reflections as LAPACK does. */
+   (neither is stored, nothing is transposed), where its examples take more than one vector (at one, minibatches of 16
+   and fewer, their sums would end in a horizontal reduction each: the generic products are faster). outer_nystrom
+   packs and multiplies one replica at a time for the whole of SLANG's Nystrom subspace iteration (its operands stay in
+   the core's cache for the five products), orthonormalising by Householder reflections as LAPACK does. */
 #include <math.h>
 #include "blocked.h"
 
@@ -37,27 +38,36 @@ typedef float vfu __attribute__((vector_size(V * sizeof(float)), aligned(sizeof(
             r[i + (d)] = __builtin_shuffle(a_, b_, hi);                                                       \
         }
 
-/* dst[c * ld + m] = src[m * rs + c * cs] for m < M, c < C: 16 x 16 blocks transposed in registers by four rounds of
-   SWAP where the columns are contiguous (cs = 1), element by element elsewhere. */
+/* r[0..V) = 16 rows of src from m0 (rows from m0 + nm on zero), columns c0.. (contiguous), transposed in registers by
+   four rounds of SWAP: r[i] is then column c0 + i. */
+static inline __attribute__((always_inline)) void transpose_block(const float *src, long rs, long m0, long nm, long c0,
+                                                                  vf r[V]) {
+    for (long i = 0; i < V; i++) r[i] = i < nm ? *(const vfu *)(src + (m0 + i) * rs + c0) : (vf){0};
+    SWAP(8, ((vi){0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}),
+         ((vi){8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}));
+    SWAP(4, ((vi){0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}),
+         ((vi){4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}));
+    SWAP(2, ((vi){0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}),
+         ((vi){2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}));
+    SWAP(1, ((vi){0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}),
+         ((vi){1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}));
+}
+
+/* dst[c * ld + m] = src[m * rs + c * cs] for m < M, c < C: 16 x 16 blocks transposed in registers where the columns are
+   contiguous (cs = 1), element by element elsewhere. With cs = 1 the last rows' block, fewer than 16 rows, is
+   transposed with rows of zeros below it and stored whole: dst's rows must then have room for M padded to whole
+   vectors, and get zeros past M (where C has whole blocks of 16 columns). */
 static void transpose(const float *src, long rs, long cs, long M, long C, float *dst, long ld) {
     long m0 = 0;
     if (cs == 1)
-        for (; m0 + V <= M; m0 += V) {
-            long c0 = 0;
+        for (; m0 < M; m0 += V) {
+            long nm = M - m0 < V ? M - m0 : V, c0 = 0;
             for (; c0 + V <= C; c0 += V) {
                 vf r[V];
-                for (long i = 0; i < V; i++) r[i] = *(const vfu *)(src + (m0 + i) * rs + c0);
-                SWAP(8, ((vi){0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}),
-                     ((vi){8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}));
-                SWAP(4, ((vi){0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}),
-                     ((vi){4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}));
-                SWAP(2, ((vi){0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}),
-                     ((vi){2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}));
-                SWAP(1, ((vi){0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}),
-                     ((vi){1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}));
+                transpose_block(src, rs, m0, nm, c0, r);
                 for (long i = 0; i < V; i++) *(vf *)(dst + (c0 + i) * ld + m0) = r[i];
             }
-            for (long m = m0; m < m0 + V; m++)
+            for (long m = m0; m < m0 + nm; m++)
                 for (long c = c0; c < C; c++) dst[c * ld + m] = src[m * rs + c];
         }
     for (long m = m0; m < M; m++)
@@ -256,7 +266,7 @@ static void times_replica(const float *p, const long *j, const long *o, const lo
                           long k, const float *Yr, float c2, float *outr, scratch w) {
     long Mp = padded(M), n = S * Mp, nv = Mp / V;
     float *TT = w.TT, *XT = w.XT, *H = w.H;
-    int fused3 = k == 3 && S == 2;   /* the shared layer by shared_t3 and shared_gw3 */
+    int fused3 = k == 3 && S == 2 && nv > 1;   /* the shared layer by shared_t3 and shared_gw3 */
     const float *aT[L], *gT[L];
     for (long l = 0; l < L; l++) {
         aT[l] = p; p += j[l] * width(S, M, shared, l);
@@ -397,12 +407,71 @@ static void householder_q(const float *Y, long P, long k, float *Q, double *A, d
     rows(A, P, k, Q);
 }
 
-/* out = a2 U U^T Y + c2 G G^T Y for one replica (U [P, Lu]); U^T Y by four partial sums per entry. */
+/* Uk [Lu, P k]: U's columns each repeated k times along the rows of a [P, k] matrix, Uk[l, q k + c] = U[q, l]. */
+static void expand_U(const float *U, long P, long Lu, long k, float *Uk) {
+    for (long l = 0; l < Lu; l++)
+        for (long q = 0; q < P; q++)
+            for (long c = 0; c < k; c++) Uk[(l * P + q) * k + c] = U[q * Lu + l];
+}
+
+#define KMAX_FLAT 8   /* add_low_rank's flat blocks of k vectors: up to k = L + 2 = 8 */
+
+/* out [P, k] += a2 U U^T Y for U's columns expanded by expand_U, a pass over Y and one over out per column of U, as
+   flat arrays of P k floats: a block of k vectors holds whole rows of Y, so lane e of its vector v is column
+   (v V + e) mod k; U^T Y's k sums in k vectors of partial sums (a few rows' tail in scalars). Inlined for each k, so
+   that the partial sums stay in registers. */
+static inline __attribute__((always_inline)) void add_low_rank_k(const float *Uk, long P, long Lu, const long k,
+                                                                   float a2, const float *Y, float *out) {
+    long n = P * k, nb = n / (k * V), tail = nb * k * V;
+    for (long l = 0; l < Lu; l++) {
+        const float *u = Uk + l * n;
+        vf acc[KMAX_FLAT] = {{0}};
+        for (long b = 0; b < nb; b++)
+            for (long v = 0; v < k; v++) {
+                long i = (b * k + v) * V;
+                acc[v] += *(const vfu *)(u + i) * *(const vfu *)(Y + i);
+            }
+        float s[KMAX_FLAT] = {0};
+        for (long v = 0, c = 0; v < k; v++)
+            for (long e = 0; e < V; e++, c = c + 1 == k ? 0 : c + 1) s[c] += acc[v][e];
+        for (long i = tail, c = 0; i < n; i++, c = c + 1 == k ? 0 : c + 1) s[c] += u[i] * Y[i];
+        vf w[KMAX_FLAT];
+        for (long v = 0, c = 0; v < k; v++)
+            for (long e = 0; e < V; e++, c = c + 1 == k ? 0 : c + 1) w[v][e] = a2 * s[c];
+        for (long b = 0; b < nb; b++)
+            for (long v = 0; v < k; v++) {
+                long i = (b * k + v) * V;
+                *(vfu *)(out + i) = *(const vfu *)(out + i) + *(const vfu *)(u + i) * w[v];
+            }
+        for (long i = tail, c = 0; i < n; i++, c = c + 1 == k ? 0 : c + 1) out[i] += u[i] * (a2 * s[c]);
+    }
+}
+
+static void add_low_rank(const float *Uk, long P, long Lu, long k, float a2, const float *Y, float *out) {
+    switch (k) {
+        case 1: add_low_rank_k(Uk, P, Lu, 1, a2, Y, out); break;
+        case 2: add_low_rank_k(Uk, P, Lu, 2, a2, Y, out); break;
+        case 3: add_low_rank_k(Uk, P, Lu, 3, a2, Y, out); break;
+        case 4: add_low_rank_k(Uk, P, Lu, 4, a2, Y, out); break;
+        case 5: add_low_rank_k(Uk, P, Lu, 5, a2, Y, out); break;
+        case 6: add_low_rank_k(Uk, P, Lu, 6, a2, Y, out); break;
+        case 7: add_low_rank_k(Uk, P, Lu, 7, a2, Y, out); break;
+        default: add_low_rank_k(Uk, P, Lu, 8, a2, Y, out); break;
+    }
+}
+
+/* out = a2 U U^T Y + c2 G G^T Y for one replica (U [P, Lu]; Uk: U expanded by expand_U where k <= KMAX_FLAT, else
+   NULL: U^T Y by four partial sums per entry). */
 static void apply_A(const float *p, const long *j, const long *o, const long *shared, long L, long S, long M, long k,
-                    const float *U, long Lu, float a2, float c2, const float *Y, float *out, scratch w) {
+                    const float *U, const float *Uk, long Lu, float a2, float c2, const float *Y, float *out,
+                    scratch w) {
     long P = 0;
     for (long l = 0; l < L; l++) P += j[l] * o[l];
     times_replica(p, j, o, shared, L, S, M, k, Y, c2, out, w);
+    if (Uk) {
+        add_low_rank(Uk, P, Lu, k, a2, Y, out);
+        return;
+    }
     for (long l = 0; l < Lu; l++)
         for (long c = 0; c < k; c++) {
             float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -419,11 +488,12 @@ static void apply_A(const float *p, const long *j, const long *o, const long *sh
         }
 }
 
-long outer_nystrom_work(long S, long M, const long *j, const long *o, const long *shared, long L, long k) {
+long outer_nystrom_work(long S, long M, const long *j, const long *o, const long *shared, long L, long k, long Lu) {
     long P = 0;
     for (long l = 0; l < L; l++) P += j[l] * o[l];
-    /* the products' scratch, one replica's packed operands, Y and Q [P, k], A, tau and two norms in float64 */
-    return outer_times_work(S, M, o, L, k) + outer_pack_size(S, M, j, o, shared, L) + V + 2 * P * k
+    /* the products' scratch, one replica's packed operands, Y and Q [P, k], U expanded [Lu, P k], A, tau and two norms
+       in float64 */
+    return outer_times_work(S, M, o, L, k) + outer_pack_size(S, M, j, o, shared, L) + V + 2 * P * k + Lu * P * k
            + 2 * (P * k + 3 * k) + 2;
 }
 
@@ -439,19 +509,20 @@ void outer_nystrom(const float *const *a, const long *astr, const float *const *
     for (long l = 0; l < L; l++) P += j[l] * o[l];
     scratch w = carve(work, S, M, o, L, k);
     float *p = aligned(work + outer_times_work(S, M, o, L, k)), *Y = p + outer_pack_size(S, M, j, o, shared, L),
-          *Qr = Y + P * k;
-    double *A = (double *)(((uintptr_t)(Qr + P * k) + 7) & ~(uintptr_t)7), *tau = A + P * k, *yy = tau + k,
-           *qq = yy + k;
+          *Qr = Y + P * k, *Uk = k <= KMAX_FLAT ? Qr + P * k : NULL;
+    double *A = (double *)(((uintptr_t)(Qr + P * k + Lu * P * k) + 7) & ~(uintptr_t)7), *tau = A + P * k,
+           *yy = tau + k, *qq = yy + k;
     for (long r = 0; r < R; r++) {
         const float *Ur = U + r * P * Lu;
         float *Qo = Q + r * P * k, *Eo = E + r * P * k;
         pack_replica(a, astr, g, gstr, j, o, shared, L, r, S, M, p);
+        if (Uk) expand_U(Ur, P, Lu, k, Uk);
         memcpy(Qr, probes + r * P * k, P * k * sizeof(float));
         for (long it = 0; it + 1 < n_iter; it++) {
-            apply_A(p, j, o, shared, L, S, M, k, Ur, Lu, a2[r], c2[r], Qr, Y, w);
+            apply_A(p, j, o, shared, L, S, M, k, Ur, Uk, Lu, a2[r], c2[r], Qr, Y, w);
             householder_q(Y, P, k, Qr, A, tau, NULL);
         }
-        apply_A(p, j, o, shared, L, S, M, k, Ur, Lu, a2[r], c2[r], Qr, Y, w);
+        apply_A(p, j, o, shared, L, S, M, k, Ur, Uk, Lu, a2[r], c2[r], Qr, Y, w);
         columns(Qr, P, k, A);
         for (long c = 0; c < k; c++) qq[c] = dotd(A + c * P, A + c * P, P);
         householder_q(Y, P, k, Qo, A, tau, yy);
@@ -461,7 +532,7 @@ void outer_nystrom(const float *const *a, const long *astr, const float *const *
             if (c == 0 || ratio > anorm || ratio != ratio) anorm = ratio;   /* a NaN stays, as torch's amax */
         }
         nu[r] = (float)(1e-7 * sqrt((double)P)) * anorm;
-        apply_A(p, j, o, shared, L, S, M, k, Ur, Lu, a2[r], c2[r], Qo, Eo, w);
+        apply_A(p, j, o, shared, L, S, M, k, Ur, Uk, Lu, a2[r], c2[r], Qo, Eo, w);
         for (long i = 0; i < P * k; i++) Eo[i] += nu[r] * Qo[i];
     }
 }

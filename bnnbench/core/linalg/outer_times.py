@@ -40,7 +40,7 @@ def _library() -> ctypes.CDLL | None:
         "outer_pack": ([p, p, p, p, p, p, p, n, n, n, n, p], None),
         "outer_times_work": ([n, n, p, n, n], n),
         "outer_times": ([p, p, p, p, n, p, p, p, n, n, n, n, p], None),
-        "outer_nystrom_work": ([n, n, p, p, p, n, n], n),
+        "outer_nystrom_work": ([n, n, p, p, p, n, n, n], n),
         "outer_nystrom": ([p, p, p, p, p, p, p, n, n, n, n, p, n, p, p, p, n, n, p, p, p, p], None)},
         instead="torch's products")
 
@@ -171,7 +171,7 @@ def _nystrom(acts: list[torch.Tensor], gs: list[torch.Tensor], layers: list[int]
         raise ValueError(f"outer_times: layers {list(zip(j.tolist(), o.tolist()))} do not tile probes "
                          f"{list(probes.shape)} and U {list(U.shape)}")
     operands = _operands(acts, gs)
-    work = torch.empty(lib.outer_nystrom_work(S, M, j.data_ptr(), o.data_ptr(), shared.data_ptr(), L, k),
+    work = torch.empty(lib.outer_nystrom_work(S, M, j.data_ptr(), o.data_ptr(), shared.data_ptr(), L, k, U.shape[-1]),
                        dtype=torch.float32)
     Q, E, nu = probes.new_empty(R, P, k), probes.new_empty(R, P, k), probes.new_empty(R)
     lib.outer_nystrom(*(t.data_ptr() for t in operands), j.data_ptr(), o.data_ptr(), shared.data_ptr(), L, R, S, M,
