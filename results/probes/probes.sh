@@ -242,6 +242,29 @@ slang_large_batch10)      # SLANG Table 2, SLANG on the three large sets with th
             protocol.sizes.large.batch_size=10
     done
     ;;
+slang_large_final_batch10_gram) # SLANG Table 2, SLANG on the three large sets at the authors' code's minibatch of 10 with the
+                          # exact eigensolver the small sets take (eig: gram: 21 x 21 Gram matrices at 10, a step about
+                          # 3x cheaper than the Nystrom one) instead of the authors' Nystrom solver: the final training
+                          # alone with each record's (tau, lambda), and kin8nm's with its selection at 10; compiled,
+                          # one core, 2-4 min each
+    run experiment=slang_table2 method=slang data=uci/kin8nm label=slang_final_batch10_gram_sel10 hpo=recorded \
+        hpo.record=$R/slang_table2/slang_batch10/uci__kin8nm protocol.sizes.large.batch_size=10 method.eig=gram compile=true
+    for d in naval kin8nm power; do
+        run experiment=slang_table2 method=slang data=uci/$d label=slang_final_batch10_gram hpo=recorded \
+            hpo.record=results/runs/slang_table2/slang/uci__$d protocol.sizes.large.batch_size=10 method.eig=gram \
+            compile=true
+    done
+    ;;
+slang_yacht_eig_seeds)    # SLANG Table 2, SLANG on yacht (splits blow up: RMSE inconclusive): the final training alone with
+                          # the record's (tau, lambda) under seeds 0-9 with the authors' Nystrom eigensolver and with the
+                          # exact one the small sets take; compiled, 10-30 s each
+    for s in 0 1 2 3 4 5 6 7 8 9; do
+        for e in nystrom gram; do
+            run experiment=slang_table2 method=slang data=uci/yacht label=slang_final_${e}_seed$s hpo=recorded \
+                hpo.record=results/runs/slang_table2/slang/uci__yacht method.eig=$e seed=$s compile=true
+        done
+    done
+    ;;
 nng_t3_warm_start)        # NNG Table 3, NNG-FFG (the issue's candidate: each round started from the previous round's
                           # posterior; the paper's App. C.3 re-trains from scratch): the random rule on the worse sets
                           # kin8nm, naval and wine and on concrete (reproduced), the active rule on naval and wine; lambda
@@ -271,7 +294,7 @@ nng_t3_hmc_x4)            # NNG Table 3, HMC: four times the transitions per rou
     run $h data=uci/kin8nm label=hmc_A_x4 protocol.active_learning.acquire=variance
     ;;
 *)
-    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|slang_bbb_kin8nm_box|vadam_energy_bo|vadam_final|nng_bbb|nng_bbb_lr|gi_samples|li_samples|li_standard_samples|fac_samples|gi_energy_split0|gi_samples30|gi_lr_edge|li_scale_init|gi_batch_order|gi_batch_size|gi_noise_init|gi_inducing_count|nng_t3_warm_start|slang_naval_final|slang_large_final_batch10|slang_large_batch10|nng_naval_turbine|nng_t3_hmc_x4|slang_a1a_seeds|nng_t4_hmc_x4" >&2
+    echo "usage: bash results/probes/probes.sh slang_bbb_yacht_bo|slang_bbb_final|slang_bbb_kin8nm_box|vadam_energy_bo|vadam_final|nng_bbb|nng_bbb_lr|gi_samples|li_samples|li_standard_samples|fac_samples|gi_energy_split0|gi_samples30|gi_lr_edge|li_scale_init|gi_batch_order|gi_batch_size|gi_noise_init|gi_inducing_count|nng_t3_warm_start|slang_naval_final|slang_large_final_batch10|slang_large_batch10|slang_large_final_batch10_gram|slang_yacht_eig_seeds|nng_naval_turbine|nng_t3_hmc_x4|slang_a1a_seeds|nng_t4_hmc_x4" >&2
     exit 2
     ;;
 esac
