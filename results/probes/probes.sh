@@ -236,7 +236,8 @@ slang_large_final_batch10) # SLANG Table 2, SLANG on kin8nm and power (reproduce
 slang_large_batch10)      # SLANG Table 2, SLANG on the three large sets with the whole selection at the authors' code's
                           # minibatch of 10 (protocol sheet, bug 4; slang_large_final_batch10 and slang_naval_final:
                           # the final trainings at 10 put all six cells within the rule): the candidate column, compiled,
-                          # workers=2 (both cores): about 1.5 h each for kin8nm and power, 2-2.5 h for naval
+                          # workers=2 (both cores): about 1 h each by the Nystrom kernel of 6260116 (power's rounds 112-125 s
+                          # alone), naval more; kin8nm's and power's records are reused
     for d in kin8nm power naval; do
         run experiment=slang_table2 method=slang data=uci/$d label=slang_batch10 workers=2 compile=true \
             protocol.sizes.large.batch_size=10
