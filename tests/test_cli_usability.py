@@ -263,6 +263,27 @@ def test_sigterm_stops_a_run_as_ctrl_c_does(data_env, tmp_path):
 
 @needs_mirror
 @pytest.mark.e2e
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_to_a_run_with_workers_stops_its_workers_too(data_env, tmp_path, sig):
+    """SIGTERM to the parent alone, as a scheduler may send it, stops a run whose replicas train in worker processes
+    at once, not when the workers' chunks end (here: never); so does Ctrl-C, which a terminal sends to the workers as
+    well: the exit code, the one line naming each chunk's checkpoint, nothing half-written, no process left."""
+    import signal
+    args = ["run", "method=bbb", "data=uci/yacht", *[a for a in LONG if not a.startswith("protocol.splits")],
+            "protocol.splits=[0,1]", "workers=2", f"runs_root={tmp_path}"]
+    code, out, err = _stop_when_training(args, getattr(signal, sig), group=sig == "SIGINT")
+    run_dir = tmp_path / "adhoc" / "bbb" / "uci__yacht"
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == (143 if sig == "SIGTERM" else 130) and "Traceback" not in err and len(lines) == 1, err
+    parts = sorted(p.name for p in run_dir.glob(".checkpoint-*-part*of2.pt"))
+    how = "SIGTERM" if sig == "SIGTERM" else "Ctrl-C"
+    assert parts and lines[0] == (f"interrupted ({how}): resume state kept in {run_dir} ({', '.join(parts)}); "
+                                  "the same command resumes it")
+    assert _left_behind(tmp_path) == []
+
+
+@needs_mirror
+@pytest.mark.e2e
 @pytest.mark.parametrize("sig, jobs", [("SIGINT", 1), ("SIGTERM", 2)])
 def test_an_interrupted_reproduce_says_what_each_cell_left(data_env, tmp_path, sig, jobs):
     """Ctrl-C (to the process group, as a terminal sends it) and SIGTERM (to the parent only, as a scheduler may):

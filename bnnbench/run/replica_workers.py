@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -77,13 +79,30 @@ def run_pool():
         yield
         return
     _RUN_POOL.update(open=True, pool=None, size=0)
+    interrupted = False
     try:
         yield
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
         pool = _RUN_POOL["pool"]
         _RUN_POOL.update(open=False, pool=None, size=0)
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            _shut(pool, interrupted)
+
+
+def _shut(pool: ProcessPoolExecutor, interrupted: bool) -> None:
+    """Shut ``pool`` down once its workers' chunks end. Where the run was interrupted (Ctrl-C, or SIGTERM, which
+    ``signals`` raises as a ``KeyboardInterrupt``, sent to this process alone, as a scheduler may), each worker is
+    first sent SIGINT, so that its chunk unwinds now (its checkpoint keeps what it had done; a write under way is
+    removed) rather than running on to the end of its round or training: many minutes, past a scheduler's grace
+    period."""
+    if interrupted:
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGINT)
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 @contextlib.contextmanager
@@ -91,13 +110,19 @@ def _pool(size: int):
     """The run's pool of ``size`` spawned processes (started at its first use, restarted where a fit needs another
     size or a worker died), or, outside ``run_pool``, a pool for this call alone."""
     if not _RUN_POOL["open"]:
-        with _spawn(size) as pool:
+        pool, interrupted = _spawn(size), False
+        try:
             yield pool
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
+        finally:
+            _shut(pool, interrupted)
         return
     pool = _RUN_POOL["pool"]
     if pool is None or _RUN_POOL["size"] != size or getattr(pool, "_broken", False):
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            _shut(pool, False)
         pool = _spawn(size)
         _RUN_POOL.update(pool=pool, size=size)
     yield pool
