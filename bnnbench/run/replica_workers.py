@@ -20,6 +20,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -79,26 +80,22 @@ def run_pool():
         yield
         return
     _RUN_POOL.update(open=True, pool=None, size=0)
-    interrupted = False
     try:
         yield
-    except KeyboardInterrupt:
-        interrupted = True
-        raise
     finally:
         pool = _RUN_POOL["pool"]
         _RUN_POOL.update(open=False, pool=None, size=0)
         if pool is not None:
-            _shut(pool, interrupted)
+            _shut(pool)
 
 
-def _shut(pool: ProcessPoolExecutor, interrupted: bool) -> None:
-    """Shut ``pool`` down once its workers' chunks end. Where the run was interrupted (Ctrl-C, or SIGTERM, which
-    ``signals`` raises as a ``KeyboardInterrupt``, sent to this process alone, as a scheduler may), each worker is
-    first sent SIGINT, so that its chunk unwinds now (its checkpoint keeps what it had done; a write under way is
-    removed) rather than running on to the end of its round or training: many minutes, past a scheduler's grace
-    period."""
-    if interrupted:
+def _shut(pool: ProcessPoolExecutor) -> None:
+    """Shut ``pool`` down once its workers' chunks end. Called while the run unwinds from an interruption (Ctrl-C, or
+    SIGTERM, which ``signals`` raises as a ``KeyboardInterrupt``, sent to this process alone, as a scheduler may),
+    each worker is first sent SIGINT, so that its chunk unwinds now (its checkpoint keeps what it had done; a write
+    under way is removed) rather than running on to the end of its round or training: many minutes, past a
+    scheduler's grace period."""
+    if isinstance(sys.exc_info()[1], KeyboardInterrupt):
         for proc in list((getattr(pool, "_processes", None) or {}).values()):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGINT)
@@ -110,19 +107,16 @@ def _pool(size: int):
     """The run's pool of ``size`` spawned processes (started at its first use, restarted where a fit needs another
     size or a worker died), or, outside ``run_pool``, a pool for this call alone."""
     if not _RUN_POOL["open"]:
-        pool, interrupted = _spawn(size), False
+        pool = _spawn(size)
         try:
             yield pool
-        except KeyboardInterrupt:
-            interrupted = True
-            raise
         finally:
-            _shut(pool, interrupted)
+            _shut(pool)
         return
     pool = _RUN_POOL["pool"]
     if pool is None or _RUN_POOL["size"] != size or getattr(pool, "_broken", False):
         if pool is not None:
-            _shut(pool, False)
+            _shut(pool)
         pool = _spawn(size)
         _RUN_POOL.update(pool=pool, size=size)
     yield pool
