@@ -99,19 +99,22 @@ def read_retimed(path: Path, mkl_any_vendor: bool = False, rng: str = "torch") -
     ``mkl_any_vendor`` (``rng="philox"``), a cell's re-runs with it after those without (rows of before 2026-12-03 say
     nothing of the mode, nor rows of before 2026-12-04 of the draws: they ran without them). A cell drawn into a
     random sample (``--sample``) keeps its ``sample`` tag when a later re-run, not drawn, replaces its row: it stays in
-    the sample, ``sample_estimate`` taking its latest re-run's cost."""
+    the sample, ``sample_estimate`` taking its latest re-run's cost. A row names the record it re-ran by the record's
+    commit (``recorded_commit``): the latest row per cell and recorded commit is kept, and ``with_retimed`` pairs a
+    record only with a re-run of itself, not of a record its cell had before."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
     df = pd.DataFrame(rows, columns=["experiment", "label", "dataset", "wall_s", "hpo_s", "train_s", "compile",
                                      "changed", "when"] if not rows else None)
     if df.empty:
         return df
-    if "sample" not in df:
-        df["sample"] = None
+    for col in ("sample", "recorded_commit"):
+        if col not in df:
+            df[col] = None
     df = _modes(df, mkl_any_vendor, rng)
     df = df[df["changed"].map(len) == 0].sort_values(["mode", "when"])
     key = ["experiment", "label", "dataset"]
     drawn = df[df["sample"].notna()].drop_duplicates(key, keep="last").set_index(key)["sample"]
-    df = df.drop_duplicates(key, keep="last").set_index(key)
+    df = df.drop_duplicates(key + ["recorded_commit"], keep="last").set_index(key)
     df["sample"] = drawn.reindex(df.index)
     return df.reset_index()
 
@@ -119,13 +122,14 @@ def read_retimed(path: Path, mkl_any_vendor: bool = False, rng: str = "torch") -
 def with_retimed(runs: pd.DataFrame, retimed: pd.DataFrame) -> pd.DataFrame:
     """``runs`` (``read_runs``) with each re-timed cell's wall time and phases those of its re-run, and the columns
     ``retimed`` and ``retimed_compiled``. A failed run's re-run (failed too: ``bench/retime.compare``) replaces its wall
-    time, which counts whole as the phase ``failed``."""
+    time, which counts whole as the phase ``failed``. A re-run counts only for the record it re-ran (its
+    ``recorded_commit`` the record's ``commit``; a failed run records none)."""
     out = runs.copy()
     out["retimed"] = out["retimed_compiled"] = False
     if retimed.empty:
         return out
     key = ["experiment", "label", "dataset"]
-    m = out[key].merge(retimed, on=key, how="left")
+    m = out[key + ["commit"]].merge(retimed, left_on=key + ["commit"], right_on=key + ["recorded_commit"], how="left")
     status = m["status"].fillna("ok").to_numpy() if "status" in m else "ok"   # rows of before 2026-12-04: records
     hit = m["wall_s"].notna().to_numpy() & (out["status"].to_numpy() == status)
     for col, src in (("wall", "wall_s"), ("hpo", "hpo_s"), ("train", "train_s")):
@@ -159,10 +163,10 @@ def sample_estimate(base: pd.DataFrame, proj: pd.DataFrame, retimed: pd.DataFram
     n, N = len(xs), int(tag["frame_cells"]) - dropped
     r = ys.sum() / xs.sum()
     se_r = (((1 - n / N) * ((ys - r * xs) ** 2).sum() / ((n - 1) * n)) ** 0.5 / xs.mean()) if n > 1 else float("nan")
-    retimed_keys = pd.MultiIndex.from_frame(retimed[key])
+    paired = proj.set_index(key)["retimed"].reindex(x.index).fillna(False).astype(bool).to_numpy()
     ok = (base["status"] == "ok").to_numpy()   # the frame holds no failed run: it counts as recorded
     measured = base["compiled"].astype(bool).to_numpy()   # a record made compiled is measured: not estimated
-    rest = ~x.index.isin(retimed_keys) & (x <= tag["frame_hours"] * 3600).to_numpy() & ok & ~measured
+    rest = ~paired & (x <= tag["frame_hours"] * 3600).to_numpy() & ok & ~measured
     X, other = float(x[rest].sum()), float(y[~rest].sum())
     return {"n": n, "N": N, "dropped": dropped, "frame_hours": tag["frame_hours"], "seed": tag["seed"],
             "ratio": float(r),

@@ -82,9 +82,10 @@ def read_runs(runs_root: Path, experiments: list[str] | None = None) -> pd.DataF
             "wall": float(rec.get("wall_time_s") or 0.0), "hpo": float(rec.get("hpo_time_s") or 0.0),
             "train": float(rec.get("train_time_s") or 0.0), "active": "active_learning" in rec,
             "method": rec.get("method"), "protocol": rec.get("protocol"), "compiled": bool(cfg.get("compile")),
+            "commit": rec.get("git_commit"),
         })
     return pd.DataFrame(rows, columns=["experiment", "label", "dataset", "status", "device", "processes", "searched",
-                                       "wall", "hpo", "train", "active", "method", "protocol", "compiled"])
+                                       "wall", "hpo", "train", "active", "method", "protocol", "compiled", "commit"])
 
 
 def phase_seconds(runs: pd.DataFrame) -> pd.DataFrame:

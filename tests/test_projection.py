@@ -175,6 +175,27 @@ def test_a_record_made_compiled_keeps_its_own_time(tmp_path):
     assert c["training_source"] == "recorded compiled"
 
 
+def test_a_re_run_of_a_replaced_record_does_not_count_for_its_successor(tmp_path):
+    """A cell whose record was replaced (a new configuration of the column) keeps its new record's time: a re-run of
+    the record before (another ``recorded_commit``) is not a measurement of it, even when it is the cell's latest."""
+    runs_root = tmp_path / "runs"
+    for label, commit in (("new", "b" * 40), ("kept", "c" * 40)):
+        _record(runs_root, "t", label, "uci/naval", "slang", "slang_uci", compile=True, wall_time_s=7000.0,
+                hpo_time_s=6900.0, train_time_s=100.0, git_commit=commit)
+    log = tmp_path / "retime.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in [
+        _retimed("t", "new", "uci/naval", 2700.0, 2650.0, 30.0, True, recorded_commit="a" * 40),   # the old record's
+        _retimed("t", "kept", "uci/naval", 3000.0, 2950.0, 30.0, True, recorded_commit="c" * 40, when="2026-12-01"),
+        _retimed("t", "kept", "uci/naval", 2500.0, 2450.0, 30.0, True, recorded_commit="a" * 40),  # an older record's
+    ]))
+    runs = sc.phase_seconds(pj.with_retimed(sc.read_runs(runs_root), pj.read_retimed(log)))
+    (tmp_path / "ab.jsonl").write_text("")
+    proj = pj.project(runs, pj.read_ratios(tmp_path / "ab.jsonl")).set_index("label")
+    assert not proj.loc["new", "retimed"] and proj.loc["new", "proj_total"] == pytest.approx(7000.0)
+    assert proj.loc["new", "training_source"] == "recorded compiled"
+    assert proj.loc["kept", "retimed_compiled"] and proj.loc["kept", "proj_total"] == pytest.approx(3000.0)
+
+
 def test_the_sample_estimates_the_cells_not_re_run(tmp_path):
     runs_root = tmp_path / "runs"
     walls = {"a": 100.0, "b": 200.0, "c": 300.0, "d": 400.0, "e": 1000.0, "big": 9000.0}
