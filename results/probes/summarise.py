@@ -54,11 +54,13 @@ def _metrics(rec: dict) -> tuple[tuple[str, str], tuple[str, str]]:
     return ("rmse", "loglik_" + rec["config"]["spec"]["loglik"]), ("RMSE", "test LL (the paper's convention)")
 
 
-def _row(rec: dict, label: str, where: str) -> str:
+def _row(rec: dict, label: str, where: str, committed: bool = False) -> str:
+    """A record's row; a probe with no setting changed is an earlier record of the cell (a column since re-made)."""
     first, second = _metrics(rec)[0]
     same = ("experiment=", "method=", "data=", "runs_root=", "progress=", "threads=", "label=", "skip_done=")
     changed = [o for o in rec["config"].get("hydra_overrides", []) if not o.startswith(same)]
-    return (f"| {label} | {' '.join(changed) or '(committed cell)'} | {_ms(rec['summary'], first)} | "
+    none = "(committed cell)" if committed else "(none: the cell's record before its column was re-made)"
+    return (f"| {label} | {' '.join(changed) or none} | {_ms(rec['summary'], first)} | "
             f"{_ms(rec['summary'], second)} | {where} | {rec.get('wall_time_s', 0) / 60:.1f} |")
 
 
@@ -88,7 +90,7 @@ def summary(probes: Path) -> str:
         base = ROOT / "results" / "runs" / exp / base_label / ds / "record.json"
         if base.exists():
             committed = json.loads(base.read_text())
-            lines.append(_row(committed, f"committed `{base_label}`", _where(committed)))
+            lines.append(_row(committed, f"committed `{base_label}`", _where(committed), committed=True))
         for label, rec in recs:
             lines.append(_row(rec, f"`{label}`", _where(rec)))
         lines.append("")

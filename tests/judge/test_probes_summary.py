@@ -89,3 +89,20 @@ def test_a_logistic_regression_probe_gives_its_kl_and_test_nll(tmp_path, monkeyp
     assert "| run | settings changed | sym. KL to Full-Gaussian Exact | test NLL |" in text
     row = next(line for line in text.splitlines() if line.startswith("| `mf_hessian_seed1`"))
     assert "| 224.8923 ± 0.0000 | 0.3389 ± 0.0000 |" in row
+
+
+def test_a_probe_with_no_setting_changed_is_the_cells_earlier_record(tmp_path, monkeypatch):
+    # SLANG Table 2's large cells at the paper's minibatch of 100, kept as probes when the column took the code's 10
+    mod = _summarise()
+    monkeypatch.setattr(mod, "ROOT", tmp_path)
+    plain = _record([0.0] * 3, [0.0] * 3)
+    plain["config"]["hydra_overrides"] = ["experiment=x", "method=bbb", "data=uci/yacht", "threads=1"]
+    for where in (tmp_path / "results" / "runs" / "slang_table2" / "bbb", tmp_path / "probes" / "slang_table2" /
+                  "bbb_batch100"):
+        (where / "uci__yacht").mkdir(parents=True)
+        (where / "uci__yacht" / "record.json").write_text(json.dumps(plain))
+    lines = mod.summary(tmp_path / "probes").splitlines()
+    assert next(line for line in lines if line.startswith("| committed `bbb`")).startswith(
+        "| committed `bbb` | (committed cell) |")
+    assert next(line for line in lines if line.startswith("| `bbb_batch100`")).startswith(
+        "| `bbb_batch100` | (none: the cell's record before its column was re-made) |")

@@ -29,18 +29,18 @@ def test_layers_apply_from_the_least_to_the_most_specific():
     assert METHODS["slang"].Config().lr == 0.01 and yacht.method.lr == 0.08               # datasets.yacht.methods.slang
     assert yacht.batch_size == 10 and yacht.epochs == 120                                  # sizes.small, protocol
     power = _spec("method=slang", "data=uci/power")
-    assert power.method.train_samples == 2 and power.batch_size == 100 and power.method.eig == "nystrom"
+    assert power.method.train_samples == 2 and power.batch_size == 10 and power.method.eig == "nystrom"
 
 
 def test_a_size_may_give_a_protocol_value_per_method():
-    # SLANG Table 2's large sets as the authors' code ran them: minibatch 10 for SLANG, 100 for BBB
-    per = "protocol.sizes.large.batch_size={default:100,slang:10}"
-    assert _spec("method=slang", "data=uci/power", per).batch_size == 10
-    assert _spec("method=bbb", "data=uci/power", per).batch_size == 100
-    assert _spec("method=slang", "data=uci/yacht", per).batch_size == 10          # a small set: sizes.small's
-    assert _spec("method=slang", "data=uci/power", per, "protocol.batch_size=32").batch_size == 32
+    # SLANG Table 2's large sets as the authors' code ran them (slang_uci): minibatch 10 for SLANG, 100 for BBB
+    assert _spec("method=slang", "data=uci/power").batch_size == 10
+    assert _spec("method=bbb", "data=uci/power").batch_size == 100
+    assert _spec("method=slang", "data=uci/yacht").batch_size == 10               # a small set: sizes.small's
+    assert _spec("method=slang", "data=uci/power", "protocol.batch_size=32").batch_size == 32
+    assert _spec("method=slang", "data=uci/power", "protocol.sizes.large.batch_size=100").batch_size == 100
     with pytest.raises(ConfigError, match="batch_size must be a positive integer"):
-        _spec("method=bbb", "data=uci/power", "protocol.sizes.large.batch_size={slang:10}")
+        _spec("method=bbb", "data=uci/power", "~protocol.sizes.large.batch_size.default")   # no value for BBB
 
 
 def test_the_command_line_wins_over_every_layer():
